@@ -1,0 +1,25 @@
+// The `tessera` subcommands. Each takes the arguments after its name and returns
+// the process exit code; errors are thrown as tessera::Error and printed by main.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace tessera::cli {
+
+using Args = std::vector<std::string>;
+
+struct Command {
+  const char* name;
+  const char* summary;
+  int (*run)(const Args& args);
+};
+
+int run_command(const Args& args);     // tessera run: the launcher
+int bench_command(const Args& args);   // tessera bench: collective benchmark
+int doctor_command(const Args& args);  // tessera doctor: build and environment report
+
+// All subcommands, in the order `tessera --help` lists them.
+const std::vector<Command>& commands();
+
+}  // namespace tessera::cli

@@ -1,0 +1,92 @@
+#include "tessera/comm/backend_registry.h"
+
+#include <map>
+#include <mutex>
+
+#include "tessera/config.h"
+#include "tessera/core/check.h"
+
+#if TESSERA_WITH_GLOO
+#include "tessera/comm/gloo/gloo_backend.h"
+#endif
+#if TESSERA_WITH_SHM
+#include "tessera/comm/shm/shm_backend.h"
+#endif
+#if TESSERA_WITH_MPI
+#include "tessera/comm/mpi/mpi_backend.h"
+#endif
+
+namespace tessera::comm {
+namespace {
+
+std::mutex& registry_mutex() {
+  static std::mutex mu;
+  return mu;
+}
+
+// The built-in backends, registered on first use (static registration objects in
+// static libraries would be dropped by the linker).
+std::map<std::string, BackendFactory> builtin_factories() {
+  std::map<std::string, BackendFactory> map;
+#if TESSERA_WITH_GLOO
+  map["gloo"] = make_gloo_backend;
+#endif
+#if TESSERA_WITH_SHM
+  map["shm"] = make_shm_backend;
+#endif
+#if TESSERA_WITH_MPI
+  map["mpi"] = make_mpi_backend;
+#endif
+  return map;
+}
+
+std::map<std::string, BackendFactory>& factories() {
+  static std::map<std::string, BackendFactory> map = builtin_factories();
+  return map;
+}
+
+}  // namespace
+
+void register_backend(const std::string& name, BackendFactory factory) {
+  std::lock_guard<std::mutex> lock(registry_mutex());
+  factories()[name] = std::move(factory);
+}
+
+std::vector<std::string> available_backends() {
+  std::lock_guard<std::mutex> lock(registry_mutex());
+  std::vector<std::string> names;
+  for (const auto& kv : factories()) names.push_back(kv.first);
+  return names;
+}
+
+bool has_backend(const std::string& name) {
+  std::lock_guard<std::mutex> lock(registry_mutex());
+  return factories().count(name) > 0;
+}
+
+std::unique_ptr<Backend> create_backend(const std::string& name, const BackendContext& ctx) {
+  BackendFactory factory;
+  {
+    std::lock_guard<std::mutex> lock(registry_mutex());
+    auto it = factories().find(name);
+    if (it != factories().end()) factory = it->second;
+  }
+  if (!factory) {
+    std::string known;
+    for (const auto& n : available_backends()) known += (known.empty() ? "" : ", ") + n;
+    TS_THROW(ConfigError, "unknown or unavailable backend '", name, "'; this build has: ", known);
+  }
+  return factory(ctx);
+}
+
+std::string resolve_backend_name(const std::string& requested, const BackendContext& ctx) {
+  if (!requested.empty() && requested != "auto") {
+    TS_CHECK_T(ConfigError, has_backend(requested), "unknown or unavailable backend '", requested,
+               "' (set TESSERA_BACKEND to one of the backends `tessera doctor` lists)");
+    return requested;
+  }
+  TS_CHECK_T(ConfigError, has_backend("gloo"), "no backend for TESSERA_BACKEND=auto in this build");
+  return "gloo";
+}
+
+}  // namespace tessera::comm

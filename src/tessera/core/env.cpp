@@ -1,0 +1,124 @@
+#include "tessera/core/env.h"
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "tessera/core/check.h"
+
+namespace tessera::env {
+
+const std::vector<EnvVar>& registry() {
+  static const std::vector<EnvVar> vars = {
+      // torchrun's contract, set by `tessera run` and by torchrun.
+      {"RANK", nullptr, "global rank of this process"},
+      {"LOCAL_RANK", nullptr, "rank of this process on its host"},
+      {"WORLD_SIZE", nullptr, "number of processes in the job"},
+      {"LOCAL_WORLD_SIZE", nullptr, "number of processes on this host"},
+      {"GROUP_RANK", nullptr, "rank of this host (node rank)"},
+      {"MASTER_ADDR", "127.0.0.1", "address of the rendezvous store"},
+      {"MASTER_PORT", "29500", "port of the rendezvous store"},
+      {"TORCHELASTIC_USE_AGENT_STORE", nullptr,
+       "True when the launcher hosts the store; workers join it as clients"},
+      {"TORCHELASTIC_RESTART_COUNT", "0", "how many times the launcher restarted the workers"},
+      {"TORCHELASTIC_RUN_ID", nullptr, "job id set by the launcher"},
+      // mpirun (Open MPI).
+      {"OMPI_COMM_WORLD_RANK", nullptr, "rank under mpirun"},
+      {"OMPI_COMM_WORLD_SIZE", nullptr, "world size under mpirun"},
+      {"OMPI_COMM_WORLD_LOCAL_RANK", nullptr, "local rank under mpirun"},
+      {"OMPI_COMM_WORLD_LOCAL_SIZE", nullptr, "local world size under mpirun"},
+      {"OMPI_COMM_WORLD_NODE_RANK", nullptr, "node rank under mpirun"},
+      // Slurm (srun).
+      {"SLURM_PROCID", nullptr, "rank under srun"},
+      {"SLURM_NTASKS", nullptr, "world size under srun"},
+      {"SLURM_LOCALID", nullptr, "local rank under srun"},
+      {"SLURM_NTASKS_PER_NODE", nullptr, "local world size under srun"},
+      {"SLURM_NODEID", nullptr, "node rank under srun"},
+      {"SLURM_LAUNCH_NODE_IPADDR", nullptr, "address of the node that ran srun"},
+      // Tessera's own.
+      {"TESSERA_TIMEOUT", "300", "seconds before a blocking store or collective call fails"},
+      {"TESSERA_LOG_LEVEL", "info", "debug, info, warn or error"},
+      {"TESSERA_DEBUG", "off",
+       "off or detail: detail checks (seq, op, dtype, shape) across ranks before each collective"},
+      {"TESSERA_JOB_TOKEN", nullptr, "shared secret a store client must present to the server"},
+      {"TESSERA_BACKEND", "auto", "collective backend: auto, gloo, shm, mpi or nccl"},
+      {"TESSERA_HEARTBEAT_INTERVAL", "1",
+       "seconds between progress heartbeats each rank publishes to the store"},
+      {"TESSERA_STALL_WARN", "60",
+       "seconds a collective may wait before the ranks that have not joined are logged"},
+      {"TESSERA_LAUNCHER", nullptr, "set to 1 by `tessera run` in every worker"},
+      {"TESSERA_STORE_ADDR", nullptr, "store address if different from MASTER_ADDR"},
+      {"TESSERA_GLOO_IFACE", nullptr, "network interface Gloo binds (default: host of MASTER_ADDR)"},
+      {"TESSERA_GLOO_HOSTNAME", nullptr, "address Gloo binds and advertises for this rank"},
+  };
+  return vars;
+}
+
+namespace {
+const EnvVar& lookup(const char* name) {
+  const auto& vars = registry();
+  auto it = std::find_if(vars.begin(), vars.end(),
+                         [&](const EnvVar& v) { return std::string(v.name) == name; });
+  TS_INTERNAL_ASSERT(it != vars.end(), "environment variable ", name, " is not registered");
+  return *it;
+}
+}  // namespace
+
+std::optional<std::string> get(const char* name) {
+  lookup(name);
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return std::nullopt;
+  return std::string(v);
+}
+
+std::string get_string(const char* name) {
+  const EnvVar& var = lookup(name);
+  if (auto v = get(name)) return *v;
+  return var.default_value ? var.default_value : "";
+}
+
+long long get_int(const char* name) {
+  std::string s = get_string(name);
+  TS_CHECK_T(ConfigError, !s.empty(), "environment variable ", name, " is not set");
+  size_t pos = 0;
+  long long value = 0;
+  try {
+    value = std::stoll(s, &pos);
+  } catch (const std::exception&) {
+    pos = 0;
+  }
+  TS_CHECK_T(ConfigError, pos == s.size() && pos > 0, "environment variable ", name, "='", s,
+             "' is not an integer");
+  return value;
+}
+
+double get_double(const char* name) {
+  std::string s = get_string(name);
+  TS_CHECK_T(ConfigError, !s.empty(), "environment variable ", name, " is not set");
+  size_t pos = 0;
+  double value = 0;
+  try {
+    value = std::stod(s, &pos);
+  } catch (const std::exception&) {
+    pos = 0;
+  }
+  TS_CHECK_T(ConfigError, pos == s.size() && pos > 0, "environment variable ", name, "='", s,
+             "' is not a number");
+  return value;
+}
+
+bool get_bool(const char* name) {
+  std::string s = get_string(name);
+  std::transform(s.begin(), s.end(), s.begin(), ::tolower);
+  if (s == "1" || s == "true" || s == "yes" || s == "on") return true;
+  if (s.empty() || s == "0" || s == "false" || s == "no" || s == "off") return false;
+  TS_THROW(ConfigError, "environment variable ", name, "='", s,
+           "' is not a boolean (use 1/0, true/false, yes/no, on/off)");
+}
+
+double timeout_seconds() {
+  double t = get_double("TESSERA_TIMEOUT");
+  TS_CHECK_T(ConfigError, t > 0, "TESSERA_TIMEOUT must be positive seconds, got ", t);
+  return t;
+}
+
+}  // namespace tessera::env

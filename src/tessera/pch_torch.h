@@ -1,0 +1,5 @@
+// Precompiled header for targets that use the torch frontend (torch::nn, optim,
+// autograd): models, runtime, parallel, and their tests.
+#pragma once
+
+#include <torch/torch.h>
