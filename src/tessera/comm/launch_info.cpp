@@ -1,0 +1,78 @@
+#include <string>
+
+#include "tessera/comm/init.h"
+#include "tessera/core/check.h"
+#include "tessera/core/env.h"
+
+namespace tessera {
+namespace {
+
+int read_int(const char* name, int fallback) {
+  if (!env::get(name)) return fallback;
+  long long v = env::get_int(name);
+  TS_CHECK_T(ConfigError, v >= 0 && v < (1LL << 31), "environment variable ", name, "=", v,
+             " is out of range");
+  return static_cast<int>(v);
+}
+
+// Slurm's SLURM_NTASKS_PER_NODE may read "2(x3)": the leading number is enough.
+int read_leading_int(const char* name, int fallback) {
+  auto v = env::get(name);
+  if (!v) return fallback;
+  try {
+    return std::stoi(*v);
+  } catch (const std::exception&) {
+    TS_THROW(ConfigError, "environment variable ", name, "='", *v, "' is not a number");
+  }
+}
+
+}  // namespace
+
+LaunchInfo LaunchInfo::from_env() {
+  LaunchInfo info;
+  if (env::get("RANK") || env::get("WORLD_SIZE")) {
+    TS_CHECK_T(ConfigError, env::get("RANK") && env::get("WORLD_SIZE"),
+               "RANK and WORLD_SIZE must be set together (start workers with `tessera run`)");
+    info.launcher = env::get("TESSERA_LAUNCHER")       ? "tessera"
+                    : env::get("TORCHELASTIC_RUN_ID") ? "torchrun"
+                                                      : "env";
+    info.rank = read_int("RANK", 0);
+    info.world_size = read_int("WORLD_SIZE", 1);
+    info.local_rank = read_int("LOCAL_RANK", info.rank);
+    info.local_world_size = read_int("LOCAL_WORLD_SIZE", info.world_size);
+    info.node_rank = read_int("GROUP_RANK", 0);
+    std::string agent = env::get_string("TORCHELASTIC_USE_AGENT_STORE");
+    info.use_agent_store = agent == "True" || agent == "true" || agent == "1";
+  } else if (env::get("OMPI_COMM_WORLD_RANK")) {
+    info.launcher = "mpirun";
+    info.rank = read_int("OMPI_COMM_WORLD_RANK", 0);
+    info.world_size = read_int("OMPI_COMM_WORLD_SIZE", 1);
+    info.local_rank = read_int("OMPI_COMM_WORLD_LOCAL_RANK", 0);
+    info.local_world_size = read_int("OMPI_COMM_WORLD_LOCAL_SIZE", 1);
+    info.node_rank = read_int("OMPI_COMM_WORLD_NODE_RANK", 0);
+  } else if (env::get("SLURM_PROCID")) {
+    info.launcher = "slurm";
+    info.rank = read_int("SLURM_PROCID", 0);
+    info.world_size = read_int("SLURM_NTASKS", 1);
+    info.local_rank = read_int("SLURM_LOCALID", 0);
+    info.local_world_size = read_leading_int("SLURM_NTASKS_PER_NODE", 1);
+    info.node_rank = read_int("SLURM_NODEID", 0);
+  }
+  if (env::get("MASTER_ADDR")) {
+    info.master_addr = env::get_string("MASTER_ADDR");
+  } else if (info.launcher == "slurm" && env::get("SLURM_LAUNCH_NODE_IPADDR")) {
+    info.master_addr = env::get_string("SLURM_LAUNCH_NODE_IPADDR");
+  }
+  if (auto addr = env::get("TESSERA_STORE_ADDR")) info.master_addr = *addr;
+  info.master_port = read_int("MASTER_PORT", 29500);
+  TS_CHECK_T(ConfigError, info.world_size >= 1, "the world size must be at least 1, got ",
+             info.world_size, " (", info.launcher, " environment)");
+  TS_CHECK_T(ConfigError, info.rank < info.world_size, "rank ", info.rank,
+             " is not below the world size ", info.world_size, " (", info.launcher,
+             " environment)");
+  TS_CHECK_T(ConfigError, info.master_port > 0 && info.master_port < 65536, "MASTER_PORT ",
+             info.master_port, " is not a TCP port");
+  return info;
+}
+
+}  // namespace tessera

@@ -1,0 +1,199 @@
+#include "tessera/comm/process_group_impl.h"
+
+#include "tessera/comm/backend_registry.h"
+#include "tessera/comm/collective_check.h"
+#include "tessera/core/check.h"
+#include "tessera/core/logging.h"
+
+namespace tessera::comm {
+
+std::exception_ptr with_context(std::exception_ptr error, const std::string& prefix,
+                                const std::string& suffix) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const CollectiveMismatchError& e) {
+    return std::make_exception_ptr(CollectiveMismatchError(prefix + e.bare_message() + suffix));
+  } catch (const TimeoutError& e) {
+    return std::make_exception_ptr(TimeoutError(prefix + e.bare_message() + suffix));
+  } catch (const StoreError& e) {
+    return std::make_exception_ptr(StoreError(prefix + e.bare_message() + suffix));
+  } catch (const ConfigError& e) {
+    return std::make_exception_ptr(ConfigError(prefix + e.bare_message() + suffix));
+  } catch (const Error& e) {
+    return std::make_exception_ptr(CommError(prefix + e.bare_message() + suffix));
+  } catch (const c10::Error& e) {
+    return std::make_exception_ptr(CommError(prefix + e.what_without_backtrace() + suffix));
+  } catch (const std::exception& e) {
+    return std::make_exception_ptr(CommError(prefix + e.what() + suffix));
+  } catch (...) {
+    return std::make_exception_ptr(CommError(prefix + "unknown exception" + suffix));
+  }
+}
+
+namespace {
+// Each rank counts the groups it created under a name; all ranks create groups
+// in the same order, so the count agrees and a re-created group never sees the
+// keys of an earlier one.
+std::string instance_prefix(Store& root, const std::string& name, int rank) {
+  int64_t instance = root.add("tessera/pg_instances/" + name + "/" + std::to_string(rank), 1);
+  return "tessera/pg/" + name + "/" + std::to_string(instance);
+}
+}  // namespace
+
+ProcessGroupImpl::ProcessGroupImpl(std::shared_ptr<Store> root_store, int rank, int size,
+                                   ProcessGroupOptions options, std::vector<int> global_ranks)
+    : root_store_(std::move(root_store)),
+      rank_(rank),
+      size_(size),
+      options_(std::move(options)),
+      global_ranks_(std::move(global_ranks)) {
+  TS_CHECK_T(ConfigError, size_ >= 1 && rank_ >= 0 && rank_ < size_, "invalid group position: rank ",
+             rank_, " of ", size_, " (need 0 <= rank < size)");
+  if (global_ranks_.empty()) {
+    for (int r = 0; r < size_; ++r) global_ranks_.push_back(r);
+  }
+  TS_CHECK_T(ConfigError, static_cast<int>(global_ranks_.size()) == size_,
+             "group '", options_.name, "' maps ", global_ranks_.size(), " global ranks for ", size_,
+             " members");
+  store_ = std::make_shared<PrefixStore>(instance_prefix(*root_store_, options_.name, rank_),
+                                         root_store_);
+  store_->set_timeout(options_.timeout);
+
+  BackendContext ctx;
+  ctx.store = std::make_shared<PrefixStore>("backend", store_);
+  ctx.store->set_timeout(options_.timeout);
+  ctx.rank = rank_;
+  ctx.size = size_;
+  ctx.global_ranks = global_ranks_;
+  ctx.group_name = options_.name;
+  ctx.timeout = options_.timeout;
+  try {
+    backend_name_ = resolve_backend_name(options_.backend, ctx);
+    backend_ = create_backend(backend_name_, ctx);
+  } catch (...) {
+    std::rethrow_exception(with_context(
+        std::current_exception(),
+        c10::str("creating the '", backend_name_.empty() ? options_.backend : backend_name_,
+                 "' backend for group '", options_.name, "' (rank ", rank_, " of ", size_, "): ")));
+  }
+
+  collectives_ = std::make_unique<SerialExecutor>("ts-coll");
+  sends_ = std::make_unique<SerialExecutor>("ts-send");
+  recvs_ = std::make_unique<SerialExecutor>("ts-recv");
+  if (options_.heartbeat_interval > 0) {
+    monitor_ = std::make_unique<ProgressMonitor>(store_, rank_, size_, options_.heartbeat_interval,
+                                                 options_.stall_warn, &progress_, describe());
+  }
+}
+
+ProcessGroupImpl::~ProcessGroupImpl() { shutdown(); }
+
+std::string ProcessGroupImpl::describe() const {
+  return c10::str("group '", options_.name, "' (", backend_name_, ", rank ", rank_, " of ", size_,
+                  ")");
+}
+
+std::exception_ptr ProcessGroupImpl::broken() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return broken_;
+}
+
+void ProcessGroupImpl::set_broken(std::exception_ptr error) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!broken_) broken_ = error;
+}
+
+WorkHandle ProcessGroupImpl::enqueue_collective(OpType op, std::string signature,
+                                                std::function<void()> body) {
+  uint64_t seq = ++seq_;
+  auto work = std::make_shared<Work>(c10::str(to_string(op), " #", seq, " in ", describe()));
+  if (auto error = broken()) {
+    work->finish(error);
+    return work;
+  }
+  collectives_->submit(
+      {[=] { run_collective(op, seq, signature, body, work); },
+       [=] {
+         work->finish(std::make_exception_ptr(
+             CommError(c10::str(work->description(), " was cancelled: the group shut down"))));
+       }});
+  return work;
+}
+
+void ProcessGroupImpl::run_collective(OpType op, uint64_t seq, const std::string& signature,
+                                      const std::function<void()>& body, const WorkHandle& work) {
+  if (auto error = broken()) {
+    work->finish(error);
+    return;
+  }
+  progress_.started_at_ms = ProgressMonitor::steady_ms();
+  progress_.started = seq;
+  try {
+    if (options_.debug_detail) {
+      verify_collective(*store_, rank_, size_, seq, signature, options_.timeout);
+    }
+    body();
+    progress_.completed = seq;
+    work->finish();
+  } catch (const CollectiveMismatchError&) {
+    auto error = enrich(std::current_exception(), signature, seq, false);
+    set_broken(error);
+    work->finish(error);
+  } catch (...) {
+    auto error = enrich(std::current_exception(), signature, seq, true);
+    set_broken(error);
+    backend_->abort();  // unblock the other queues: this group is unusable now
+    work->finish(error);
+  }
+}
+
+std::exception_ptr ProcessGroupImpl::enrich(std::exception_ptr error, const std::string& what,
+                                            uint64_t seq, bool name_missing_ranks) {
+  std::string missing;
+  if (name_missing_ranks && size_ > 1) {
+    missing = ProgressMonitor::describe_missing(*store_, rank_, size_, seq,
+                                                monitor_ ? options_.heartbeat_interval : 0);
+  }
+  std::string prefix = c10::str(what, " #", seq, " in ", describe(), " failed: ");
+  return with_context(error, prefix, missing.empty() ? "" : " " + missing);
+}
+
+WorkHandle ProcessGroupImpl::enqueue_p2p(OpType op, int peer, std::function<void()> body) {
+  auto work = std::make_shared<Work>(c10::str(to_string(op), (op == OpType::kSend ? " to" : " from"),
+                                              " rank ", peer, " in ", describe()));
+  if (auto error = broken()) {
+    work->finish(error);
+    return work;
+  }
+  SerialExecutor& queue = op == OpType::kSend ? *sends_ : *recvs_;
+  queue.submit({[=] {
+                  try {
+                    body();
+                    work->finish();
+                  } catch (...) {
+                    auto error = with_context(std::current_exception(),
+                                              work->description() + " failed: ");
+                    work->finish(error);
+                  }
+                },
+                [=] {
+                  work->finish(std::make_exception_ptr(CommError(
+                      c10::str(work->description(), " was cancelled: the group shut down"))));
+                }});
+  return work;
+}
+
+void ProcessGroupImpl::shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (shut_down_) return;
+    shut_down_ = true;
+  }
+  monitor_.reset();
+  if (broken()) backend_->abort();
+  for (auto* queue : {collectives_.get(), sends_.get(), recvs_.get()}) {
+    if (queue) queue->shutdown();
+  }
+}
+
+}  // namespace tessera::comm
