@@ -1,7 +1,7 @@
 #include "tessera/comm/agent_store.h"
 
+#include "tessera/comm/base/c10d_store.h"
 #include "tessera/comm/base/tcp_store.h"
-#include "tessera/core/check.h"
 
 namespace tessera {
 
@@ -11,8 +11,8 @@ std::shared_ptr<comm::Store> make_agent_store_client(const LaunchInfo& info,
   if (info.launcher == "tessera") {
     return std::make_shared<comm::TcpStore>(info.master_addr, info.master_port, token, timeout);
   }
-  TS_THROW(ConfigError, "TORCHELASTIC_USE_AGENT_STORE is set but this build cannot join a "
-                        "torchrun agent store; start the job with `tessera run`");
+  // torchrun's agent hosts a c10d TCPStore: speak its protocol as a client.
+  return std::make_shared<comm::C10dStore>(info.master_addr, info.master_port, timeout);
 }
 
 }  // namespace tessera

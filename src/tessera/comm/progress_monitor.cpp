@@ -12,6 +12,13 @@ struct Progress {
   uint64_t beat = 0, started = 0, completed = 0;
 };
 
+// Heartbeats get their own connection: they must not queue behind this rank's
+// blocking store calls (a debug-mode wait, a rendezvous), or a busy rank looks dead.
+std::shared_ptr<Store> own_connection(const std::shared_ptr<Store>& store) {
+  auto clone = store->clone_connection();
+  return clone ? clone : store;
+}
+
 std::string key_for(int rank) { return "progress/" + std::to_string(rank); }
 
 // Reads every other rank's published progress; ranks that never published are absent.
@@ -37,7 +44,7 @@ int64_t ProgressMonitor::steady_ms() {
 ProgressMonitor::ProgressMonitor(std::shared_ptr<Store> store, int rank, int size,
                                  double interval_s, double stall_warn_s,
                                  const ProgressCounters* counters, std::string group_desc)
-    : store_(std::move(store)),
+    : store_(own_connection(store)),
       rank_(rank),
       size_(size),
       interval_s_(interval_s),

@@ -22,6 +22,10 @@ class PrefixStore : public Store {
   using Store::wait;
   int64_t num_keys() override { return inner_->num_keys(); }
   void set_timeout(std::chrono::milliseconds timeout) override;
+  std::shared_ptr<Store> clone_connection() override {
+    auto inner = inner_->clone_connection();
+    return inner ? std::make_shared<PrefixStore>(prefix_, inner) : nullptr;
+  }
 
   const std::shared_ptr<Store>& inner() const { return inner_; }
 

@@ -57,6 +57,12 @@ class Store {
   // Number of keys held (for diagnostics and tests).
   virtual int64_t num_keys() = 0;
 
+  // A Store over the same keys with its own connection, for a thread that must
+  // not queue behind another thread's blocking get()/wait() on a shared socket
+  // (the progress heartbeat). nullptr when this store has no connection to
+  // duplicate (in-memory stores): then share this one.
+  virtual std::shared_ptr<Store> clone_connection() { return nullptr; }
+
   // The default timeout of get() and wait().
   std::chrono::milliseconds timeout() const { return timeout_; }
   virtual void set_timeout(std::chrono::milliseconds timeout) { timeout_ = timeout; }

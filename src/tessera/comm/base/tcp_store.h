@@ -62,6 +62,7 @@ class TcpStore : public Store {
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
   using Store::wait;
   int64_t num_keys() override;
+  std::shared_ptr<Store> clone_connection() override;
 
   const std::string& host() const { return host_; }
   int port() const { return port_; }
@@ -71,6 +72,7 @@ class TcpStore : public Store {
  private:
   std::string host_;
   int port_;
+  std::string token_;
   std::unique_ptr<Connection> conn_;
 };
 

@@ -1,0 +1,155 @@
+// tessera::init() under each launcher's environment: LaunchInfo parsing for
+// tessera run / torchrun / mpirun / Slurm, and real workers joining a torchrun
+// agent store (a c10d TCPStore hosted by Python) as clients.
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdlib>
+
+#include "tessera/comm/init.h"
+#include "tessera/core/error.h"
+#include "testing/subprocess.h"
+
+namespace tessera {
+namespace {
+
+class ScopedEnv {
+ public:
+  ScopedEnv(std::initializer_list<std::pair<const char*, const char*>> vars) {
+    for (const char* name : kAll) unsetenv(name);
+    for (auto& [k, v] : vars) setenv(k, v, 1);
+  }
+  ~ScopedEnv() {
+    for (const char* name : kAll) unsetenv(name);
+  }
+
+ private:
+  static constexpr const char* kAll[] = {
+      "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR",
+      "MASTER_PORT", "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_RUN_ID", "TESSERA_LAUNCHER",
+      "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+      "OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID",
+      "SLURM_NTASKS_PER_NODE", "SLURM_NODEID", "SLURM_LAUNCH_NODE_IPADDR"};
+};
+
+TEST(LaunchInfo, NoLauncherIsASingleProcessJob) {
+  ScopedEnv env({});
+  LaunchInfo info = LaunchInfo::from_env();
+  EXPECT_EQ(info.launcher, "none");
+  EXPECT_EQ(info.world_size, 1);
+  EXPECT_EQ(info.rank, 0);
+}
+
+TEST(LaunchInfo, TorchrunEnvironment) {
+  ScopedEnv env({{"RANK", "3"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "1"},
+                 {"LOCAL_WORLD_SIZE", "2"}, {"GROUP_RANK", "1"}, {"MASTER_ADDR", "10.0.0.1"},
+                 {"MASTER_PORT", "1234"}, {"TORCHELASTIC_USE_AGENT_STORE", "True"},
+                 {"TORCHELASTIC_RUN_ID", "job"}});
+  LaunchInfo info = LaunchInfo::from_env();
+  EXPECT_EQ(info.launcher, "torchrun");
+  EXPECT_EQ(info.rank, 3);
+  EXPECT_EQ(info.local_rank, 1);
+  EXPECT_EQ(info.node_rank, 1);
+  EXPECT_EQ(info.master_addr, "10.0.0.1");
+  EXPECT_EQ(info.master_port, 1234);
+  EXPECT_TRUE(info.use_agent_store);
+}
+
+TEST(LaunchInfo, MpirunAndSlurmEnvironments) {
+  {
+    ScopedEnv env({{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"},
+                   {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}});
+    LaunchInfo info = LaunchInfo::from_env();
+    EXPECT_EQ(info.launcher, "mpirun");
+    EXPECT_EQ(info.rank, 1);
+    EXPECT_EQ(info.world_size, 2);
+    EXPECT_FALSE(info.use_agent_store);
+  }
+  {
+    ScopedEnv env({{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "8"}, {"SLURM_LOCALID", "1"},
+                   {"SLURM_NTASKS_PER_NODE", "4(x2)"}, {"SLURM_NODEID", "1"},
+                   {"SLURM_LAUNCH_NODE_IPADDR", "10.1.2.3"}});
+    LaunchInfo info = LaunchInfo::from_env();
+    EXPECT_EQ(info.launcher, "slurm");
+    EXPECT_EQ(info.rank, 5);
+    EXPECT_EQ(info.local_world_size, 4);
+    EXPECT_EQ(info.master_addr, "10.1.2.3");
+  }
+}
+
+TEST(LaunchInfo, InconsistentEnvironmentIsAConfigError) {
+  ScopedEnv env({{"RANK", "4"}, {"WORLD_SIZE", "2"}});
+  try {
+    LaunchInfo::from_env();
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 4 is not below the world size 2"),
+              std::string::npos)
+        << e.what();
+  }
+  ScopedEnv env2({{"RANK", "0"}});
+  EXPECT_THROW(LaunchInfo::from_env(), ConfigError);
+}
+
+int free_port() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// What torchrun does for a native binary: its agent hosts a c10d TCPStore on
+// MASTER_PORT and sets TORCHELASTIC_USE_AGENT_STORE=True. Workers must join that
+// store as clients (binding MASTER_PORT again would fail) and run collectives.
+TEST(TorchrunAgentStore, WorkersJoinThePythonHostedStoreAsClients) {
+  if (testing::run_command("/usr/bin/python3 -c 'import torch.distributed'", 60).exit_code != 0) {
+    GTEST_SKIP() << "python3-torch is not installed";
+  }
+  int port = free_port();
+  std::string p = std::to_string(port);
+  std::string server =
+      "/usr/bin/python3 -c \"import datetime,time,torch.distributed as d; "
+      "s=d.TCPStore('127.0.0.1'," + p + ",None,True,datetime.timedelta(seconds=60),False); "
+      "time.sleep(40)\" & SERVER=$!; sleep 2; ";
+  std::string worker_env = "TORCHELASTIC_USE_AGENT_STORE=True TORCHELASTIC_RUN_ID=t "
+                           "MASTER_ADDR=127.0.0.1 MASTER_PORT=" + p +
+                           " WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 TESSERA_BACKEND=gloo ";
+  std::string bench = testing::tessera_bin() +
+                      " bench --op all_reduce --min-bytes 4K --max-bytes 8K --iters 3";
+  std::string cmd = server + "env " + worker_env + "RANK=0 LOCAL_RANK=0 " + bench +
+                    " > /tmp/ts_torchrun_r0.$$ 2>&1 & A=$!; env " + worker_env +
+                    "RANK=1 LOCAL_RANK=1 " + bench +
+                    " > /dev/null 2>&1 & B=$!; wait $A; RA=$?; wait $B; RB=$?; kill $SERVER; "
+                    "cat /tmp/ts_torchrun_r0.$$; rm -f /tmp/ts_torchrun_r0.$$; "
+                    "echo \"exit $RA $RB\"";
+  auto result = testing::run_command(cmd, 120);
+  EXPECT_NE(result.output.find("exit 0 0"), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("ok"), std::string::npos) << result.output;
+  EXPECT_EQ(result.output.find("FAIL"), std::string::npos) << result.output;
+}
+
+// The acceptance run of the foundation: four real processes through the real
+// launcher, every benchmark row checked against the expected result.
+TEST(Launcher, FourRanksRunTheBenchmarkWithCorrectRows) {
+  std::string cmd = testing::tessera_bin() + " run -n 4 --master-port 0 " +
+                    testing::tessera_bin() +
+                    " bench --op all_reduce --min-bytes 1K --max-bytes 256K --iters 3";
+  auto result = testing::run_command("TESSERA_BACKEND=gloo " + cmd, 180);
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  int ok_rows = 0;
+  for (size_t pos = 0; (pos = result.output.find(" ok", pos)) != std::string::npos; ++pos) {
+    ++ok_rows;
+  }
+  EXPECT_GE(ok_rows, 9) << result.output;  // 1K..256K: 9 sizes
+  EXPECT_EQ(result.output.find("FAIL"), std::string::npos) << result.output;
+}
+
+}  // namespace
+}  // namespace tessera
