@@ -1,5 +1,6 @@
 #include "tessera/comm/backend_registry.h"
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 
@@ -10,7 +11,11 @@
 #include "tessera/comm/gloo/gloo_backend.h"
 #endif
 #if TESSERA_WITH_SHM
+#include "tessera/comm/shm/host_identity.h"
 #include "tessera/comm/shm/shm_backend.h"
+#endif
+#if TESSERA_WITH_SHM && TESSERA_WITH_GLOO
+#include "tessera/comm/hierarchical/hierarchical_backend.h"
 #endif
 #if TESSERA_WITH_MPI
 #include "tessera/comm/mpi/mpi_backend.h"
@@ -36,6 +41,9 @@ std::map<std::string, BackendFactory> builtin_factories() {
 #endif
 #if TESSERA_WITH_MPI
   map["mpi"] = make_mpi_backend;
+#endif
+#if TESSERA_WITH_SHM && TESSERA_WITH_GLOO
+  map["hierarchical"] = make_hierarchical_backend;
 #endif
   return map;
 }
@@ -85,6 +93,16 @@ std::string resolve_backend_name(const std::string& requested, const BackendCont
                "' (set TESSERA_BACKEND to one of the backends `tessera doctor` lists)");
     return requested;
   }
+#if TESSERA_WITH_SHM
+  // shm when the whole group shares a host, hierarchical when it spans hosts with
+  // several ranks on some host, gloo otherwise. Every rank sees the same hosts.
+  if (ctx.size > 1 && has_backend("shm")) {
+    std::vector<int> hosts = shm::host_indices(ctx);
+    int num_hosts = *std::max_element(hosts.begin(), hosts.end()) + 1;
+    if (num_hosts == 1) return "shm";
+    if (num_hosts < ctx.size && has_backend("hierarchical")) return "hierarchical";
+  }
+#endif
   TS_CHECK_T(ConfigError, has_backend("gloo"), "no backend for TESSERA_BACKEND=auto in this build");
   return "gloo";
 }
