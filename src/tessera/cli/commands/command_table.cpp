@@ -5,7 +5,9 @@ namespace tessera::cli {
 const std::vector<Command>& commands() {
   static const std::vector<Command> table = {
       {"run", "launch and supervise N worker processes (torchrun's flags)", run_command},
+      {"train", "train a GPT with data parallelism (DeepSpeed-style JSON config)", train_command},
       {"bench", "collective benchmark in the style of nccl-tests", bench_command},
+      {"data", "dataset tools: prepare llm.c .bin token files from text", data_command},
       {"doctor", "report the build, backends and environment variables", doctor_command},
   };
   return table;

@@ -1,0 +1,55 @@
+// Step-time benchmark of Tessera's DistributedDataParallel on the reference GPT,
+// run in every worker (`tessera run -n 2 ddp_vs_pytorch`) or alone (one
+// independent single-process run). Prints one line, "median_step_ms <x>", from
+// rank 0; bench/ddp_vs_pytorch.sh puts it next to PyTorch DDP's.
+//
+// Same model and per-rank batch as bench/ddp_pytorch_peer.py; one intra-op
+// thread per rank; fixed random tokens (data loading is not measured).
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include "tessera/comm/init.h"
+#include "tessera/models/gpt.h"
+#include "tessera/runtime/ddp/distributed_data_parallel.h"
+
+int main(int argc, char** argv) {
+  const int steps = argc > 1 ? std::atoi(argv[1]) : 30;
+  const int warmup = 5;
+  at::set_num_threads(1);
+  tessera::init();
+  auto group = tessera::default_group();
+  tessera::models::GPTConfig cfg;
+  cfg.n_layer = 4;
+  cfg.n_head = 4;
+  cfg.n_embd = 128;
+  cfg.block_size = 64;
+  tessera::models::GPT model(cfg);
+  std::unique_ptr<tessera::DistributedDataParallel> ddp;
+  if (group->size() > 1) ddp = std::make_unique<tessera::DistributedDataParallel>(model.ptr(), group);
+  torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(1e-3));
+  auto gen = at::detail::createCPUGenerator(group->rank());
+  auto x = at::randint(256, {8, 64}, gen);
+  auto y = at::randint(256, {8, 64}, gen);
+  std::vector<double> ms;
+  for (int i = 0; i < warmup + steps; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    opt.zero_grad();
+    model->loss(x, y).backward();
+    opt.step();
+    const auto t1 = std::chrono::steady_clock::now();
+    if (i >= warmup) ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+  }
+  std::sort(ms.begin(), ms.end());
+  if (group->rank() == 0) {
+    std::printf("median_step_ms %.2f params %lld world %d\n", ms[ms.size() / 2],
+                static_cast<long long>(model->num_parameters()), group->size());
+  }
+  ddp.reset();
+  tessera::shutdown();
+  return 0;
+}

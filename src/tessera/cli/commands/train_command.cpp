@@ -1,0 +1,241 @@
+// tessera train: trains a GPT with the data-parallel Engine, in every worker of a
+// job (`tessera run -n 2 tessera train --config gpt.json`) or alone.
+//
+// Rank 0 prints a progress line (step, loss, lr, tokens/s, ETA), evaluates on the
+// held-out split every train.eval_interval steps, appends metrics as JSON lines,
+// checkpoints every train.checkpoint_interval steps and at the end (out_dir/
+// step_<N>, with out_dir/latest naming the newest complete one), and prints a
+// generated text sample at the end. --resume continues from out_dir/latest:
+// model, optimizer, schedule, step, RNG and the sampler's position.
+// Every config problem (unknown key, batch arithmetic, missing data, bad sizes)
+// is raised before the first step.
+#include <CLI/CLI.hpp>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "tessera/cli/commands/command.h"
+#include "tessera/cli/commands/train_data.h"
+#include "tessera/cli/commands/train_settings.h"
+#include "tessera/comm/init.h"
+#include "tessera/core/check.h"
+#include "tessera/data/byte_text_dataset.h"
+#include "tessera/runtime/engine.h"
+
+namespace tessera::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+struct TrainFlags {
+  std::string config;
+  bool resume = false;
+  int64_t steps = 0;
+  std::string out;
+};
+
+bool parse_flags(const Args& args, TrainFlags& f) {
+  CLI::App app{"tessera train: train a GPT with data parallelism (run it in every worker)",
+               "tessera train"};
+  app.add_option("--config", f.config, "JSON config (DeepSpeed keys + model/data/train); "
+                                       "default: a small GPT on /usr/share/common-licenses");
+  app.add_flag("--resume", f.resume, "continue from OUT/latest if it exists");
+  app.add_option("--steps", f.steps, "override train.steps");
+  app.add_option("--out", f.out, "override train.out_dir");
+  std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 parses back to front
+  try {
+    app.parse(reversed);
+  } catch (const CLI::CallForHelp&) {
+    std::printf("%s", app.help().c_str());
+    return false;
+  } catch (const CLI::ParseError& e) {
+    TS_THROW(ConfigError, e.what(), "; run 'tessera train --help'");
+  }
+  TS_CHECK_T(ConfigError, f.steps >= 0, "--steps must be positive, got ", f.steps);
+  return true;
+}
+
+std::string format_eta(double seconds) {
+  const auto s = static_cast<long long>(seconds + 0.5);
+  return s >= 60 ? c10::str(s / 60, "m", s % 60, "s") : c10::str(s, "s");
+}
+
+// Mean of a scalar over the group (every rank calls it at the same steps).
+double group_mean(comm::ProcessGroup& g, double v) {
+  auto t = at::full({1}, v, at::kDouble);
+  g.all_reduce(t, comm::ReduceOp::kAvg)->wait();
+  return t.item<double>();
+}
+
+double evaluate(models::GPT& model, TrainData& data, comm::ProcessGroup& g, int64_t iters,
+                int64_t batch) {
+  if (!data.has_val()) return -1;
+  at::NoGradGuard no_grad;
+  model->eval();
+  double sum = 0;
+  for (int64_t i = 0; i < iters; ++i) {
+    auto [x, y] = data.eval_batch(i, batch);
+    sum += model->loss(x, y).item<double>();
+  }
+  model->train();
+  return group_mean(g, sum / static_cast<double>(iters));
+}
+
+class MetricsLog {
+ public:
+  MetricsLog(const std::string& path, bool active) {
+    if (active) out_.open(path, std::ios::app);
+    TS_CHECK_T(ConfigError, !active || out_.good(), "cannot write metrics file '", path, "'");
+  }
+  void write(const nlohmann::json& row) {
+    if (out_.is_open()) out_ << row.dump() << std::endl;
+  }
+
+ private:
+  std::ofstream out_;
+};
+
+void save(runtime::Engine& engine, TrainData& data, const std::string& out_dir, bool rank0) {
+  const int64_t step = engine.global_steps();
+  const std::string dir = out_dir + "/step_" + std::to_string(step);
+  engine.save_checkpoint(dir, {{"sampler", data.sampler().state().to_json()}});
+  if (!rank0) return;
+  // The pointer moves only once the checkpoint is complete.
+  const std::string tmp = out_dir + "/latest.tmp";
+  std::ofstream(tmp) << "step_" << step << "\n";
+  fs::rename(tmp, out_dir + "/latest");
+  // Keep the two newest checkpoints.
+  std::vector<int64_t> steps;
+  for (const auto& e : fs::directory_iterator(out_dir)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("step_", 0) == 0) steps.push_back(std::atoll(name.c_str() + 5));
+  }
+  std::sort(steps.rbegin(), steps.rend());
+  for (size_t i = 2; i < steps.size(); ++i) {
+    fs::remove_all(out_dir + "/step_" + std::to_string(steps[i]));
+  }
+}
+
+std::string latest_checkpoint(const std::string& out_dir) {
+  std::ifstream in(out_dir + "/latest");
+  std::string name;
+  if (!(in >> name)) return "";
+  return out_dir + "/" + name;
+}
+
+}  // namespace
+
+int train_command(const Args& args) {
+  TrainFlags f;
+  if (!parse_flags(args, f)) return 0;
+  // Everything that can be wrong with the config is checked before joining the job.
+  runtime::Config cfg = f.config.empty()
+                            ? runtime::Config::from_string(default_train_config(), "default config")
+                            : runtime::Config::from_file(f.config);
+  TrainSettings s = TrainSettings::from_config(cfg);
+  if (f.steps > 0) s.steps = f.steps;
+  if (!f.out.empty()) s.out_dir = f.out;
+  const LaunchInfo launch = LaunchInfo::from_env();
+  cfg.resolve_batch(launch.world_size);
+  TrainData data(s, launch.world_size, launch.rank, cfg.seed);
+
+  init();
+  auto group = default_group();
+  const int rank = group->rank();
+  const bool rank0 = rank == 0;
+  // Per-rank seed: dropout masks differ between ranks like in any DDP job.
+  torch::manual_seed(cfg.seed + static_cast<uint64_t>(rank));
+  at::set_num_threads(1);
+  models::GPT model(s.model);
+  runtime::Engine engine = initialize(model, cfg, group);
+  if (rank0) fs::create_directories(s.out_dir);
+  if (f.resume) {
+    const std::string dir = latest_checkpoint(s.out_dir);
+    if (!dir.empty()) {
+      auto client = engine.load_checkpoint(dir);
+      data.sampler().load_state(data::SamplerState::from_json(client.at("sampler").get<std::string>()));
+      if (rank0) std::printf("resumed from %s at step %lld\n", dir.c_str(),
+                             static_cast<long long>(engine.global_steps()));
+    } else if (rank0) {
+      std::printf("no checkpoint in %s: starting from scratch\n", s.out_dir.c_str());
+    }
+  }
+  const int64_t micro = cfg.train_micro_batch_size_per_gpu;
+  const int64_t accum = cfg.gradient_accumulation_steps;
+  const int64_t tokens_per_step = cfg.train_batch_size * s.model.block_size;
+  if (rank0) {
+    std::printf("tessera train: GPT %lld params (%lld layers, %lld embd), %d ranks, batch %lld "
+                "(micro %lld x accumulation %lld x world %d), %lld steps, data %s (%lld tokens)\n",
+                static_cast<long long>(model->num_parameters()), static_cast<long long>(s.model.n_layer),
+                static_cast<long long>(s.model.n_embd), group->size(),
+                static_cast<long long>(cfg.train_batch_size), static_cast<long long>(micro),
+                static_cast<long long>(accum), group->size(), static_cast<long long>(s.steps),
+                s.data_path.c_str(), static_cast<long long>(data.train().num_tokens()));
+  }
+  MetricsLog metrics(s.out_dir + "/" + s.metrics, rank0);
+  const bool tty = rank0 && isatty(fileno(stdout));
+  auto window_start = Clock::now();
+  const auto run_start = Clock::now();
+  const int64_t first_step = engine.global_steps();
+  double loss_sum = 0;
+  int64_t loss_count = 0;
+  while (engine.global_steps() < s.steps) {
+    for (int64_t m = 0; m < accum; ++m) {
+      auto [x, y] = data.next_batch(micro);
+      auto loss = model->loss(x, y);
+      engine.backward(loss);
+      engine.step();
+      loss_sum += loss.item<double>();
+      ++loss_count;
+    }
+    const int64_t step = engine.global_steps();
+    if (step % cfg.steps_per_print == 0 || step == s.steps) {
+      const double loss = group_mean(*group, loss_sum / loss_count);
+      const double secs = std::chrono::duration<double>(Clock::now() - window_start).count();
+      const double tok_s = tokens_per_step * static_cast<double>(loss_count / accum) / secs;
+      const double per_step = std::chrono::duration<double>(Clock::now() - run_start).count() /
+                              static_cast<double>(step - first_step);
+      if (rank0) {
+        std::printf("%sstep %5lld/%lld | loss %.4f | lr %.2e | %.0f tok/s | ETA %s%s",
+                    tty ? "\r" : "", static_cast<long long>(step), static_cast<long long>(s.steps),
+                    loss, engine.lr(), tok_s, format_eta(per_step * (s.steps - step)).c_str(),
+                    tty ? "   " : "\n");
+        std::fflush(stdout);
+      }
+      metrics.write({{"step", step}, {"loss", loss}, {"lr", engine.lr()},
+                     {"tokens_per_s", tok_s}, {"grad_norm", engine.last_grad_norm()}});
+      loss_sum = 0;
+      loss_count = 0;
+      window_start = Clock::now();
+    }
+    const bool last = step == s.steps;
+    if ((s.eval_interval > 0 && step % s.eval_interval == 0) || last) {
+      const double val = evaluate(model, data, *group, s.eval_iters, micro);
+      if (rank0 && val >= 0) {
+        std::printf("%sstep %5lld: val loss %.4f\n", tty ? "\n" : "", static_cast<long long>(step), val);
+        metrics.write({{"step", step}, {"val_loss", val}});
+      }
+    }
+    if ((s.checkpoint_interval > 0 && step % s.checkpoint_interval == 0) || last) {
+      save(engine, data, s.out_dir, rank0);
+    }
+  }
+  if (rank0 && s.sample_length > 0 && s.model.vocab_size == 256) {
+    const std::string& p = s.sample_prompt;
+    auto prompt = at::empty({static_cast<int64_t>(p.size())}, at::kLong);
+    for (size_t i = 0; i < p.size(); ++i) prompt[i] = static_cast<int64_t>(static_cast<uint8_t>(p[i]));
+    auto out = model->generate(prompt, s.sample_length, 0.8, 0, cfg.seed);
+    std::printf("--- sample ---\n%s\n--- end of sample ---\n", data::bytes_to_string(out[0]).c_str());
+  }
+  if (rank0) std::fflush(stdout);
+  shutdown();
+  return 0;
+}
+
+}  // namespace tessera::cli

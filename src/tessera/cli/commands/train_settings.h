@@ -1,0 +1,42 @@
+// TrainSettings: the `tessera train` view of a config — the GPT sizes ("model"),
+// the data source ("data") and the loop ("train") — plus the embedded default
+// config that trains a small byte-level GPT on /usr/share/common-licenses.
+//
+// Sections are parsed strictly like the rest of the config (unknown key ->
+// ConfigError with the closest known key, wrong types and non-positive sizes
+// rejected), so a bad file fails before any rank trains. Plain values.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "tessera/models/gpt.h"
+#include "tessera/runtime/config.h"
+
+namespace tessera::cli {
+
+struct TrainSettings {
+  models::GPTConfig model;
+  // Data: a text file or directory (read as bytes), or a llm.c .bin token file.
+  std::string data_path;
+  std::string val_path;       // optional .bin for validation (text: split by val_fraction)
+  double val_fraction = 0.1;
+  // Loop.
+  int64_t steps = 300;
+  int64_t eval_interval = 100;   // 0: only at the end
+  int64_t eval_iters = 10;
+  int64_t checkpoint_interval = 100;  // 0: only at the end
+  std::string out_dir = "tessera_out";
+  std::string metrics = "metrics.jsonl";  // relative to out_dir
+  int64_t sample_length = 200;  // 0: no sample
+  std::string sample_prompt = "The ";
+
+  bool is_token_file() const;
+  // Reads cfg.model / cfg.data / cfg.train over the defaults above.
+  static TrainSettings from_config(const runtime::Config& cfg);
+};
+
+// The embedded default config (JSON text) used without --config.
+const char* default_train_config();
+
+}  // namespace tessera::cli

@@ -1,0 +1,284 @@
+#include "tessera/runtime/config.h"
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+#include "tessera/core/check.h"
+
+namespace tessera::runtime {
+namespace {
+
+using nlohmann::json;
+
+const std::vector<std::string> kTopKeys = {
+    "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
+    "gradient_clipping", "optimizer", "scheduler", "steps_per_print", "wall_clock_breakdown",
+    "seed", "data_parallel", "fp16", "bf16", "zero_optimization", "model", "data", "train"};
+const std::vector<std::string> kOptimizerKeys = {"type", "params"};
+const std::vector<std::string> kOptimizerParams = {"lr", "betas", "eps", "weight_decay",
+                                                   "momentum"};
+const std::vector<std::string> kSchedulerKeys = {"type", "params"};
+const std::vector<std::string> kSchedulerParams = {
+    "warmup_min_lr", "warmup_max_lr", "warmup_num_steps", "warmup_type", "total_num_steps",
+    "warmup_min_ratio", "cos_min_ratio", "last_batch_iteration"};
+const std::vector<std::string> kDataParallelKeys = {"bucket_cap_mb", "find_unused_parameters",
+                                                    "broadcast_buffers", "comm_hook"};
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t sub = prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1);
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, sub});
+    }
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+std::string type_name(const json& v) {
+  return v.is_number_integer() ? "integer" : std::string(v.type_name());
+}
+
+[[noreturn]] void wrong_type(const std::string& where, const std::string& key,
+                             const char* expected, const json& v) {
+  TS_THROW(ConfigError, "config key '", where.empty() ? key : where + "." + key, "' must be ",
+           expected, ", got ", v.dump(), " (", type_name(v), ")");
+}
+
+std::string path(const std::string& where, const std::string& key) {
+  return where.empty() ? key : where + "." + key;
+}
+
+// Sections that other engines (ZeRO, mixed precision) own: accepted only when off,
+// so a config written for them fails loudly here instead of silently training fp32.
+void check_unsupported(const json& j) {
+  if (j.contains("fp16") || j.contains("bf16")) {
+    for (const char* k : {"fp16", "bf16"}) {
+      if (!j.contains(k)) continue;
+      TS_CHECK_T(ConfigError, j[k].is_object(), "config key '", k, "' must be an object");
+      TS_CHECK_T(ConfigError, !read_bool(j[k], "enabled", k, false), "config '", k,
+                 ".enabled': true is not supported by the data-parallel engine; remove it "
+                 "or set it to false");
+    }
+  }
+  if (j.contains("zero_optimization")) {
+    const json& z = j["zero_optimization"];
+    TS_CHECK_T(ConfigError, z.is_object(), "config key 'zero_optimization' must be an object");
+    TS_CHECK_T(ConfigError, read_int(z, "stage", "zero_optimization", 0) == 0,
+               "config 'zero_optimization.stage' > 0 is not supported by the data-parallel "
+               "engine; use stage 0");
+  }
+}
+
+void parse_optimizer(const json& j, OptimizerConfig& o) {
+  check_known_keys(j, kOptimizerKeys, "optimizer");
+  o.type = read_string(j, "type", "optimizer", o.type);
+  TS_CHECK_T(ConfigError, o.type == "Adam" || o.type == "AdamW" || o.type == "SGD",
+             "config 'optimizer.type' is '", o.type, "': use Adam, AdamW or SGD");
+  if (!j.contains("params")) return;
+  const json& p = j["params"];
+  check_known_keys(p, kOptimizerParams, "optimizer.params");
+  o.lr = read_number(p, "lr", "optimizer.params", o.lr);
+  TS_CHECK_T(ConfigError, o.lr > 0, "config 'optimizer.params.lr' must be positive, got ", o.lr);
+  if (p.contains("betas")) {
+    const json& b = p["betas"];
+    if (!b.is_array() || b.size() != 2 || !b[0].is_number() || !b[1].is_number()) {
+      wrong_type("optimizer.params", "betas", "an array of two numbers", b);
+    }
+    o.betas = {b[0].get<double>(), b[1].get<double>()};
+  }
+  o.eps = read_number(p, "eps", "optimizer.params", o.eps);
+  o.weight_decay = read_number(p, "weight_decay", "optimizer.params", o.weight_decay);
+  o.momentum = read_number(p, "momentum", "optimizer.params", o.momentum);
+}
+
+void parse_scheduler(const json& j, SchedulerConfig& s, double base_lr) {
+  check_known_keys(j, kSchedulerKeys, "scheduler");
+  s.type = read_string(j, "type", "scheduler", "");
+  TS_CHECK_T(ConfigError,
+             s.type == "WarmupLR" || s.type == "WarmupDecayLR" || s.type == "WarmupCosineLR",
+             "config 'scheduler.type' is '", s.type,
+             "': use WarmupLR, WarmupDecayLR or WarmupCosineLR");
+  json p = j.contains("params") ? j["params"] : json::object();
+  const std::string w = "scheduler.params";
+  check_known_keys(p, kSchedulerParams, w);
+  s.warmup_max_lr = base_lr;
+  s.warmup_min_lr = read_number(p, "warmup_min_lr", w, s.warmup_min_lr);
+  s.warmup_max_lr = read_number(p, "warmup_max_lr", w, s.warmup_max_lr);
+  s.warmup_num_steps = read_int(p, "warmup_num_steps", w, s.warmup_num_steps);
+  TS_CHECK_T(ConfigError, s.warmup_num_steps >= 0,
+             "config 'scheduler.params.warmup_num_steps' must be >= 0, got ", s.warmup_num_steps);
+  s.warmup_type = read_string(p, "warmup_type", w, s.warmup_type);
+  TS_CHECK_T(ConfigError, s.warmup_type == "log" || s.warmup_type == "linear",
+             "config 'scheduler.params.warmup_type' is '", s.warmup_type, "': use log or linear");
+  s.warmup_min_ratio = read_number(p, "warmup_min_ratio", w, s.warmup_min_ratio);
+  s.cos_min_ratio = read_number(p, "cos_min_ratio", w, s.cos_min_ratio);
+  if (s.type != "WarmupLR") {
+    TS_CHECK_T(ConfigError, p.contains("total_num_steps"), "config 'scheduler.params."
+               "total_num_steps' is required for ", s.type);
+    s.total_num_steps = read_positive_int(p, "total_num_steps", w, 0);
+  }
+}
+
+}  // namespace
+
+std::string closest_key(const std::string& key, const std::vector<std::string>& known) {
+  std::string best;
+  size_t best_d = SIZE_MAX;
+  for (const auto& k : known) {
+    const size_t d = edit_distance(key, k);
+    if (d < best_d) best_d = d, best = k;
+  }
+  // Farther than half the key's length is no longer a typo.
+  return best_d <= std::max<size_t>(2, key.size() / 2) ? best : "";
+}
+
+void check_known_keys(const json& obj, const std::vector<std::string>& known,
+                      const std::string& where) {
+  TS_CHECK_T(ConfigError, obj.is_object(), "config section '", where,
+             "' must be a JSON object, got ", obj.dump());
+  for (auto it = obj.begin(); it != obj.end(); ++it) {
+    if (std::find(known.begin(), known.end(), it.key()) != known.end()) continue;
+    const std::string near = closest_key(it.key(), known);
+    TS_THROW(ConfigError, "unknown config key '", path(where, it.key()), "'",
+             near.empty() ? std::string("") : "; did you mean '" + near + "'?");
+  }
+}
+
+int64_t read_int(const json& obj, const std::string& key, const std::string& where,
+                 int64_t fallback) {
+  if (!obj.contains(key)) return fallback;
+  const json& v = obj[key];
+  if (v.is_number_integer()) return v.get<int64_t>();
+  // 8.0 is an integer written loosely; 8.5 is not.
+  if (v.is_number_float() && v.get<double>() == static_cast<double>(v.get<int64_t>())) {
+    return v.get<int64_t>();
+  }
+  wrong_type(where, key, "an integer", v);
+}
+
+int64_t read_positive_int(const json& obj, const std::string& key, const std::string& where,
+                          int64_t fallback) {
+  const int64_t v = read_int(obj, key, where, fallback);
+  if (obj.contains(key)) {
+    TS_CHECK_T(ConfigError, v > 0, "config key '", path(where, key), "' must be positive, got ", v);
+  }
+  return v;
+}
+
+double read_number(const json& obj, const std::string& key, const std::string& where,
+                   double fallback) {
+  if (!obj.contains(key)) return fallback;
+  const json& v = obj[key];
+  if (!v.is_number()) wrong_type(where, key, "a number", v);
+  return v.get<double>();
+}
+
+bool read_bool(const json& obj, const std::string& key, const std::string& where, bool fallback) {
+  if (!obj.contains(key)) return fallback;
+  const json& v = obj[key];
+  if (!v.is_boolean()) wrong_type(where, key, "true or false", v);
+  return v.get<bool>();
+}
+
+std::string read_string(const json& obj, const std::string& key, const std::string& where,
+                        const std::string& fallback) {
+  if (!obj.contains(key)) return fallback;
+  const json& v = obj[key];
+  if (!v.is_string()) wrong_type(where, key, "a string", v);
+  return v.get<std::string>();
+}
+
+Config Config::from_json(const json& j, const std::string& source) {
+  TS_CHECK_T(ConfigError, j.is_object(), source, ": the config must be a JSON object");
+  check_known_keys(j, kTopKeys, "");
+  check_unsupported(j);
+  Config c;
+  c.train_batch_size = read_positive_int(j, "train_batch_size", "", 0);
+  c.train_micro_batch_size_per_gpu = read_positive_int(j, "train_micro_batch_size_per_gpu", "", 0);
+  c.gradient_accumulation_steps = read_positive_int(j, "gradient_accumulation_steps", "", 0);
+  c.gradient_clipping = read_number(j, "gradient_clipping", "", 0.0);
+  TS_CHECK_T(ConfigError, c.gradient_clipping >= 0, "config key 'gradient_clipping' must be >= 0 "
+             "(0 turns clipping off), got ", c.gradient_clipping);
+  if (j.contains("optimizer")) parse_optimizer(j["optimizer"], c.optimizer);
+  c.scheduler.warmup_max_lr = c.optimizer.lr;
+  if (j.contains("scheduler")) parse_scheduler(j["scheduler"], c.scheduler, c.optimizer.lr);
+  if (j.contains("data_parallel")) {
+    const json& d = j["data_parallel"];
+    check_known_keys(d, kDataParallelKeys, "data_parallel");
+    c.data_parallel.bucket_cap_mb = read_number(d, "bucket_cap_mb", "data_parallel", 25.0);
+    TS_CHECK_T(ConfigError, c.data_parallel.bucket_cap_mb > 0,
+               "config key 'data_parallel.bucket_cap_mb' must be positive, got ",
+               c.data_parallel.bucket_cap_mb);
+    c.data_parallel.find_unused_parameters =
+        read_bool(d, "find_unused_parameters", "data_parallel", false);
+    c.data_parallel.broadcast_buffers = read_bool(d, "broadcast_buffers", "data_parallel", true);
+    c.data_parallel.comm_hook = read_string(d, "comm_hook", "data_parallel", "none");
+    const auto& h = c.data_parallel.comm_hook;
+    TS_CHECK_T(ConfigError, h == "none" || h == "fp16" || h == "bf16",
+               "config 'data_parallel.comm_hook' is '", h, "': use none, fp16 or bf16");
+  }
+  c.steps_per_print = read_positive_int(j, "steps_per_print", "", 10);
+  c.wall_clock_breakdown = read_bool(j, "wall_clock_breakdown", "", false);
+  c.seed = static_cast<uint64_t>(read_int(j, "seed", "", 1234));
+  for (const char* s : {"model", "data", "train"}) {
+    if (!j.contains(s)) continue;
+    TS_CHECK_T(ConfigError, j[s].is_object(), "config section '", s, "' must be an object");
+  }
+  if (j.contains("model")) c.model = j["model"];
+  if (j.contains("data")) c.data = j["data"];
+  if (j.contains("train")) c.train = j["train"];
+  return c;
+}
+
+Config Config::from_string(const std::string& text, const std::string& source) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::parse_error& e) {
+    TS_THROW(ConfigError, source, " is not valid JSON: ", e.what());
+  }
+  return from_json(j, source);
+}
+
+Config Config::from_file(const std::string& file) {
+  std::ifstream in(file);
+  TS_CHECK_T(ConfigError, in.good(), "cannot read config file '", file,
+             "': check the path (relative paths are from the working directory)");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return from_string(ss.str(), file);
+}
+
+void Config::resolve_batch(int world) {
+  TS_CHECK_T(ConfigError, world > 0, "world size must be positive, got ", world);
+  int64_t& tb = train_batch_size;
+  int64_t& mb = train_micro_batch_size_per_gpu;
+  int64_t& ga = gradient_accumulation_steps;
+  // DeepSpeed's rules: any two determine the third; one alone implies accumulation 1.
+  if (tb && mb && !ga) {
+    ga = std::max<int64_t>(1, tb / (mb * world));
+  } else if (tb && ga && !mb) {
+    mb = std::max<int64_t>(1, tb / (ga * world));
+  } else if (mb && ga && !tb) {
+    tb = mb * ga * world;
+  } else if (tb && !mb && !ga) {
+    ga = 1;
+    mb = std::max<int64_t>(1, tb / world);
+  } else if (mb && !tb && !ga) {
+    ga = 1;
+    tb = mb * world;
+  } else if (!tb && !mb) {
+    TS_THROW(ConfigError, "config needs train_batch_size or train_micro_batch_size_per_gpu");
+  }
+  TS_CHECK_T(ConfigError, tb == mb * ga * world, "train_batch_size ", tb, " != micro ", mb,
+             " * accumulation ", ga, " * world ", world,
+             ": fix train_batch_size, train_micro_batch_size_per_gpu or "
+             "gradient_accumulation_steps (any two determine the third)");
+}
+
+}  // namespace tessera::runtime

@@ -1,0 +1,104 @@
+// Config: the training configuration, one JSON document with DeepSpeed's key names.
+//
+//   auto cfg = tessera::Config::from_file("ds_config.json");
+//   auto engine = tessera::initialize(model, cfg);
+//
+// Parsing is strict: an unknown key is a ConfigError naming the key and the
+// closest known one, a value of the wrong type names the key, the expected type
+// and the value, sizes must be positive. Batch sizes follow DeepSpeed's
+// arithmetic (train_batch_size = micro * accumulation * world; any two determine
+// the third), resolved by resolve_batch() once the world size is known.
+// The "model", "data" and "train" sections belong to `tessera train`, which
+// validates them itself; they are kept here as raw JSON.
+//
+// A Config is a plain value: copy it freely; not shared between threads.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tessera::runtime {
+
+struct OptimizerConfig {
+  std::string type = "AdamW";  // Adam | AdamW | SGD
+  double lr = 1e-3;
+  std::array<double, 2> betas{0.9, 0.999};
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+  double momentum = 0.0;  // SGD only
+};
+
+struct SchedulerConfig {
+  std::string type;  // "" (constant lr) | WarmupLR | WarmupDecayLR | WarmupCosineLR
+  double warmup_min_lr = 0.0;
+  double warmup_max_lr = 1e-3;
+  int64_t warmup_num_steps = 1000;
+  std::string warmup_type = "log";  // log | linear
+  int64_t total_num_steps = 0;      // WarmupDecayLR, WarmupCosineLR
+  double warmup_min_ratio = 0.0;    // WarmupCosineLR
+  double cos_min_ratio = 1e-4;      // WarmupCosineLR
+};
+
+struct DataParallelConfig {
+  double bucket_cap_mb = 25.0;
+  bool find_unused_parameters = false;
+  bool broadcast_buffers = true;
+  std::string comm_hook = "none";  // none | fp16 | bf16
+};
+
+struct Config {
+  // As written (0: absent); see resolve_batch().
+  int64_t train_batch_size = 0;
+  int64_t train_micro_batch_size_per_gpu = 0;
+  int64_t gradient_accumulation_steps = 0;
+  double gradient_clipping = 0.0;  // max global L2 norm; 0 = off
+  OptimizerConfig optimizer;
+  SchedulerConfig scheduler;
+  DataParallelConfig data_parallel;
+  int64_t steps_per_print = 10;
+  bool wall_clock_breakdown = false;
+  uint64_t seed = 1234;
+  // Sections owned by other components, kept verbatim.
+  nlohmann::json model = nlohmann::json::object();
+  nlohmann::json data = nlohmann::json::object();
+  nlohmann::json train = nlohmann::json::object();
+
+  // Strict parse; throws ConfigError (see above). `source` names the file in errors.
+  static Config from_json(const nlohmann::json& j, const std::string& source = "config");
+  static Config from_string(const std::string& text, const std::string& source = "config");
+  // ConfigError if the file is missing or not JSON (with line/column).
+  static Config from_file(const std::string& path);
+
+  // Fills in the missing batch sizes for `world_size` data-parallel ranks with
+  // DeepSpeed's rules and checks the product; ConfigError showing the numbers.
+  void resolve_batch(int world_size);
+};
+
+// Shared strict-parsing helpers (also used for the `tessera train` sections).
+// ConfigError if `obj` is not an object or has a key outside `known`; the message
+// names `where` ("optimizer.params"), the key and the closest known key.
+void check_known_keys(const nlohmann::json& obj, const std::vector<std::string>& known,
+                      const std::string& where);
+// The known key closest to `key` by edit distance ("" if none is close).
+std::string closest_key(const std::string& key, const std::vector<std::string>& known);
+// Typed reads: default when absent, ConfigError naming key, type and value when wrong.
+int64_t read_int(const nlohmann::json& obj, const std::string& key, const std::string& where,
+                 int64_t fallback);
+int64_t read_positive_int(const nlohmann::json& obj, const std::string& key,
+                          const std::string& where, int64_t fallback);
+double read_number(const nlohmann::json& obj, const std::string& key, const std::string& where,
+                   double fallback);
+bool read_bool(const nlohmann::json& obj, const std::string& key, const std::string& where,
+               bool fallback);
+std::string read_string(const nlohmann::json& obj, const std::string& key,
+                        const std::string& where, const std::string& fallback);
+
+}  // namespace tessera::runtime
+
+namespace tessera {
+using Config = runtime::Config;
+}  // namespace tessera

@@ -1,0 +1,143 @@
+// Config parsing: DeepSpeed keys, batch arithmetic, and every bad-config error
+// (message content checked, not just the type).
+#include <gtest/gtest.h>
+
+#include "tessera/core/error.h"
+#include "tessera/runtime/config.h"
+
+namespace tessera::runtime {
+namespace {
+
+std::string error_of(const std::string& text, int world = 2) {
+  try {
+    auto c = Config::from_string(text);
+    c.resolve_batch(world);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+#define EXPECT_ERROR_HAS(text, needle) \
+  EXPECT_NE(error_of(text).find(needle), std::string::npos) << error_of(text)
+
+TEST(Config, ParsesDeepSpeedKeys) {
+  auto c = Config::from_string(R"({
+    "train_batch_size": 16, "train_micro_batch_size_per_gpu": 2,
+    "gradient_clipping": 1.0, "steps_per_print": 5, "wall_clock_breakdown": true, "seed": 7,
+    "optimizer": {"type": "AdamW", "params": {"lr": 3e-4, "betas": [0.8, 0.95], "eps": 1e-6,
+                                              "weight_decay": 0.1}},
+    "scheduler": {"type": "WarmupDecayLR", "params": {"warmup_num_steps": 10,
+                  "total_num_steps": 100, "warmup_type": "linear"}},
+    "data_parallel": {"bucket_cap_mb": 4, "comm_hook": "bf16"},
+    "model": {"n_layer": 2}, "train": {"steps": 3}})");
+  c.resolve_batch(2);
+  EXPECT_EQ(c.gradient_accumulation_steps, 4);
+  EXPECT_DOUBLE_EQ(c.gradient_clipping, 1.0);
+  EXPECT_EQ(c.optimizer.type, "AdamW");
+  EXPECT_DOUBLE_EQ(c.optimizer.betas[1], 0.95);
+  EXPECT_DOUBLE_EQ(c.optimizer.weight_decay, 0.1);
+  EXPECT_EQ(c.scheduler.type, "WarmupDecayLR");
+  EXPECT_DOUBLE_EQ(c.scheduler.warmup_max_lr, 3e-4);  // defaults to the optimizer lr
+  EXPECT_EQ(c.scheduler.total_num_steps, 100);
+  EXPECT_EQ(c.data_parallel.comm_hook, "bf16");
+  EXPECT_EQ(c.steps_per_print, 5);
+  EXPECT_EQ(c.seed, 7u);
+  EXPECT_EQ(c.model["n_layer"], 2);
+  EXPECT_EQ(c.train["steps"], 3);
+}
+
+TEST(Config, BatchArithmeticAnyTwoDetermineTheThird) {
+  auto resolve = [](const std::string& t, int world) {
+    auto c = Config::from_string(t);
+    c.resolve_batch(world);
+    return std::vector<int64_t>{c.train_batch_size, c.train_micro_batch_size_per_gpu,
+                                c.gradient_accumulation_steps};
+  };
+  EXPECT_EQ(resolve(R"({"train_batch_size": 32, "gradient_accumulation_steps": 2})", 4),
+            (std::vector<int64_t>{32, 4, 2}));
+  EXPECT_EQ(resolve(R"({"train_micro_batch_size_per_gpu": 3, "gradient_accumulation_steps": 2})", 2),
+            (std::vector<int64_t>{12, 3, 2}));
+  EXPECT_EQ(resolve(R"({"train_batch_size": 8})", 2), (std::vector<int64_t>{8, 4, 1}));
+  EXPECT_EQ(resolve(R"({"train_micro_batch_size_per_gpu": 5})", 3), (std::vector<int64_t>{15, 5, 1}));
+  EXPECT_EQ(resolve(R"({"train_batch_size": 12, "train_micro_batch_size_per_gpu": 2,
+                        "gradient_accumulation_steps": 3})", 2), (std::vector<int64_t>{12, 2, 3}));
+}
+
+TEST(Config, BatchMismatchShowsTheNumbers) {
+  EXPECT_ERROR_HAS(R"({"train_batch_size": 8, "train_micro_batch_size_per_gpu": 2,
+                       "gradient_accumulation_steps": 1})",
+                   "train_batch_size 8 != micro 2 * accumulation 1 * world 2");
+  // Not divisible: 10 / (4 * 2) leaves accumulation 1 and a mismatch.
+  EXPECT_ERROR_HAS(R"({"train_batch_size": 10, "train_micro_batch_size_per_gpu": 4})",
+                   "train_batch_size 10 != micro 4 * accumulation 1 * world 2");
+  EXPECT_ERROR_HAS(R"({"gradient_accumulation_steps": 2})", "train_batch_size or");
+}
+
+TEST(Config, UnknownKeyNamesTheClosestKnownOne) {
+  EXPECT_ERROR_HAS(R"({"train_batch_szie": 8})", "unknown config key 'train_batch_szie'");
+  EXPECT_ERROR_HAS(R"({"train_batch_szie": 8})", "did you mean 'train_batch_size'");
+  EXPECT_ERROR_HAS(R"({"train_batch_size": 8, "optimizer": {"type": "Adam",
+                       "params": {"lr": 1e-3, "weight_decya": 0}}})",
+                   "'optimizer.params.weight_decya'; did you mean 'weight_decay'");
+  EXPECT_ERROR_HAS(R"({"train_batch_size": 8, "scheduler": {"type": "WarmupLR",
+                       "params": {"warmup_num_step": 5}}})", "did you mean 'warmup_num_steps'");
+  // Nothing close: no suggestion.
+  EXPECT_EQ(error_of(R"({"train_batch_size": 8, "zzzzzzzzzzzzzzzz": 1})").find("did you mean"),
+            std::string::npos);
+}
+
+TEST(Config, WrongTypeNamesKeyTypeAndValue) {
+  EXPECT_ERROR_HAS(R"({"train_batch_size": "8"})",
+                   "'train_batch_size' must be an integer, got \"8\" (string)");
+  EXPECT_ERROR_HAS(R"({"train_batch_size": 8.5})", "'train_batch_size' must be an integer, got 8.5");
+  EXPECT_ERROR_HAS(R"({"train_batch_size": 8, "gradient_clipping": true})",
+                   "'gradient_clipping' must be a number, got true (boolean)");
+  EXPECT_ERROR_HAS(R"({"train_batch_size": 8, "optimizer": {"params": {"betas": 0.9}}})",
+                   "'optimizer.params.betas' must be an array of two numbers");
+  EXPECT_ERROR_HAS(R"({"train_batch_size": 8, "wall_clock_breakdown": 1})",
+                   "'wall_clock_breakdown' must be true or false");
+  EXPECT_ERROR_HAS(R"([1, 2])", "must be a JSON object");
+  EXPECT_ERROR_HAS(R"({"train_batch_size": 8,)", "not valid JSON");
+}
+
+TEST(Config, NonPositiveSizesRejected) {
+  EXPECT_ERROR_HAS(R"({"train_batch_size": 0})", "'train_batch_size' must be positive, got 0");
+  EXPECT_ERROR_HAS(R"({"train_micro_batch_size_per_gpu": -2})",
+                   "'train_micro_batch_size_per_gpu' must be positive, got -2");
+  EXPECT_ERROR_HAS(R"({"train_batch_size": 8, "gradient_accumulation_steps": 0})",
+                   "'gradient_accumulation_steps' must be positive");
+  EXPECT_ERROR_HAS(R"({"train_batch_size": 8, "optimizer": {"params": {"lr": 0}}})",
+                   "'optimizer.params.lr' must be positive");
+  EXPECT_ERROR_HAS(R"({"train_batch_size": 8, "data_parallel": {"bucket_cap_mb": 0}})",
+                   "bucket_cap_mb' must be positive");
+  EXPECT_ERROR_HAS(R"({"train_batch_size": 8, "gradient_clipping": -1})", "must be >= 0");
+}
+
+TEST(Config, BadChoicesAndUnsupportedSections) {
+  EXPECT_ERROR_HAS(R"({"train_batch_size": 8, "optimizer": {"type": "Lamb"}})",
+                   "use Adam, AdamW or SGD");
+  EXPECT_ERROR_HAS(R"({"train_batch_size": 8, "scheduler": {"type": "OneCycle"}})",
+                   "use WarmupLR, WarmupDecayLR or WarmupCosineLR");
+  EXPECT_ERROR_HAS(R"({"train_batch_size": 8, "scheduler": {"type": "WarmupCosineLR"}})",
+                   "total_num_steps' is required");
+  EXPECT_ERROR_HAS(R"({"train_batch_size": 8, "data_parallel": {"comm_hook": "int8"}})",
+                   "use none, fp16 or bf16");
+  EXPECT_ERROR_HAS(R"({"train_batch_size": 8, "fp16": {"enabled": true}})", "not supported");
+  EXPECT_ERROR_HAS(R"({"train_batch_size": 8, "zero_optimization": {"stage": 2}})",
+                   "not supported");
+  EXPECT_EQ(error_of(R"({"train_batch_size": 8, "fp16": {"enabled": false}})"), "(no error)");
+}
+
+TEST(Config, MissingFileIsAClearError) {
+  try {
+    Config::from_file("/nonexistent/ds.json");
+    FAIL() << "no error";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot read config file '/nonexistent/ds.json'"),
+              std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace tessera::runtime
