@@ -1,0 +1,185 @@
+#include "tessera/cli/launcher/launch_options.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+
+#include "tessera/core/check.h"
+
+namespace tessera::cli {
+namespace {
+
+// Every flag that takes a value, under each spelling users bring from torchrun.
+enum class Flag { kNproc, kNnodes, kNodeRank, kAddr, kPort, kLogDir, kRestarts, kGrace, kRunId };
+
+struct FlagName {
+  const char* name;
+  Flag flag;
+};
+
+const FlagName kValueFlags[] = {
+    {"--nproc-per-node", Flag::kNproc}, {"--nproc_per_node", Flag::kNproc},
+    {"-n", Flag::kNproc},               {"--nnodes", Flag::kNnodes},
+    {"--node-rank", Flag::kNodeRank},   {"--node_rank", Flag::kNodeRank},
+    {"--master-addr", Flag::kAddr},     {"--master_addr", Flag::kAddr},
+    {"--master-port", Flag::kPort},     {"--master_port", Flag::kPort},
+    {"--log-dir", Flag::kLogDir},       {"--log_dir", Flag::kLogDir},
+    {"--max-restarts", Flag::kRestarts}, {"--max_restarts", Flag::kRestarts},
+    {"--grace-period", Flag::kGrace},   {"--grace_period", Flag::kGrace},
+    {"--run-id", Flag::kRunId},         {"--run_id", Flag::kRunId},
+};
+
+const FlagName* find_flag(const std::string& name) {
+  for (const auto& f : kValueFlags) {
+    if (name == f.name) return &f;
+  }
+  return nullptr;
+}
+
+// Strict integer: the whole string, in [lo, hi].
+int parse_int(const std::string& flag, const std::string& value, long lo, long hi,
+              const char* what) {
+  errno = 0;
+  char* end = nullptr;
+  long v = value.empty() ? 0 : std::strtol(value.c_str(), &end, 10);
+  bool ok = !value.empty() && end != nullptr && *end == '\0' && errno == 0 && v >= lo && v <= hi;
+  TS_CHECK_T(ConfigError, ok, flag, " expects ", what, ", got '", value, "'");
+  return static_cast<int>(v);
+}
+
+double parse_seconds(const std::string& flag, const std::string& value) {
+  char* end = nullptr;
+  double v = value.empty() ? -1 : std::strtod(value.c_str(), &end);
+  bool ok = !value.empty() && end != nullptr && *end == '\0' && std::isfinite(v) && v >= 0;
+  TS_CHECK_T(ConfigError, ok, flag, " expects seconds >= 0, got '", value, "'");
+  return v;
+}
+
+void apply(LaunchOptions& o, Flag flag, const std::string& name, const std::string& value) {
+  switch (flag) {
+    case Flag::kNproc:
+      o.nproc_per_node = parse_int(name, value, 1, 4096, "a positive number of processes");
+      break;
+    case Flag::kNnodes: {
+      // torchrun's elastic "MIN:MAX" form is accepted when MIN == MAX.
+      std::string v = value;
+      auto colon = v.find(':');
+      if (colon != std::string::npos) {
+        TS_CHECK_T(ConfigError, v.substr(0, colon) == v.substr(colon + 1), name,
+                   " expects a fixed number of nodes (elastic MIN:MAX ranges are not "
+                   "supported), got '", value, "'");
+        v = v.substr(0, colon);
+      }
+      o.nnodes = parse_int(name, v, 1, 65536, "a positive number of nodes");
+      break;
+    }
+    case Flag::kNodeRank:
+      o.node_rank = parse_int(name, value, 0, 65535, "a node rank >= 0");
+      break;
+    case Flag::kAddr:
+      TS_CHECK_T(ConfigError, !value.empty(), name, " expects a host address, got ''");
+      o.master_addr = value;
+      break;
+    case Flag::kPort:
+      o.master_port = parse_int(name, value, 0, 65535, "a port in 0..65535");
+      break;
+    case Flag::kLogDir:
+      TS_CHECK_T(ConfigError, !value.empty(), name, " expects a directory, got ''");
+      o.log_dir = value;
+      break;
+    case Flag::kRestarts:
+      o.max_restarts = parse_int(name, value, 0, 1000000, "a number of restarts >= 0");
+      break;
+    case Flag::kGrace:
+      o.grace_period = parse_seconds(name, value);
+      break;
+    case Flag::kRunId:
+      TS_CHECK_T(ConfigError, !value.empty(), name, " expects an id, got ''");
+      o.run_id = value;
+      break;
+  }
+}
+
+void validate(const LaunchOptions& o) {
+  TS_CHECK_T(ConfigError, o.node_rank < o.nnodes, "--node-rank ", o.node_rank,
+             " must be less than --nnodes ", o.nnodes, " (node ranks are 0..", o.nnodes - 1, ")");
+  TS_CHECK_T(ConfigError, !o.program.empty(),
+             "no program given (usage: tessera run [options] PROGRAM [ARGS...])");
+  TS_CHECK_T(ConfigError, !o.program[0].empty(), "the program name is empty");
+  TS_CHECK_T(ConfigError, o.nnodes == 1 || o.master_port != 0,
+             "--master-port 0 only works on one node: with --nnodes ", o.nnodes,
+             " every node must be told the same port");
+}
+
+}  // namespace
+
+LaunchOptions parse_launch_options(const std::vector<std::string>& args) {
+  LaunchOptions o;
+  size_t i = 0;
+  for (; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (arg == "--") {
+      ++i;
+      break;
+    }
+    if (arg.size() < 2 || arg[0] != '-') break;  // the program: stop parsing
+    if (arg == "-h" || arg == "--help") {
+      o.help = true;
+      continue;
+    }
+    if (arg == "--standalone") {  // torchrun's single-node mode: a free port
+      o.nnodes = 1;
+      o.node_rank = 0;
+      o.master_port = 0;
+      continue;
+    }
+    std::string name = arg;
+    std::string value;
+    bool has_value = false;
+    auto eq = arg.find('=');
+    if (arg.rfind("--", 0) == 0 && eq != std::string::npos) {
+      name = arg.substr(0, eq);
+      value = arg.substr(eq + 1);
+      has_value = true;
+    } else if (arg.rfind("-n", 0) == 0 && arg.size() > 2 && arg[2] != '-' && arg[1] != '-') {
+      name = "-n";  // -n4
+      value = arg.substr(2);
+      has_value = true;
+    }
+    const FlagName* flag = find_flag(name);
+    TS_CHECK_T(ConfigError, flag != nullptr, "unknown option '", name,
+               "' (run 'tessera run --help' for the options)");
+    if (!has_value) {
+      TS_CHECK_T(ConfigError, i + 1 < args.size(), "option '", name, "' needs a value");
+      value = args[++i];
+    }
+    apply(o, flag->flag, name, value);
+  }
+  o.program.assign(args.begin() + static_cast<std::ptrdiff_t>(i), args.end());
+  if (!o.help) validate(o);
+  return o;
+}
+
+std::string launch_usage() {
+  return "usage: tessera run [options] PROGRAM [ARGS...]\n"
+         "\n"
+         "Starts N worker processes of PROGRAM on this node, hosts the job's store (node 0),\n"
+         "prefixes their output with [rank r], and tears the job down when a worker fails.\n"
+         "\n"
+         "options:\n"
+         "  -n, --nproc-per-node N  workers on this node (default 1)\n"
+         "  --nnodes N              nodes in the job (default 1)\n"
+         "  --node-rank R           this node's rank, 0..nnodes-1 (default 0)\n"
+         "  --master-addr A         address of node 0's store (default 127.0.0.1)\n"
+         "  --master-port P         port of the store (default 29500; 0: a free port)\n"
+         "  --standalone            one node, a free port\n"
+         "  --log-dir DIR           also write each rank's lines to DIR/rank_<r>.log\n"
+         "  --max-restarts N        restart all workers after a failure, up to N times (default 0)\n"
+         "  --grace-period S        seconds between SIGTERM and SIGKILL at teardown (default 5)\n"
+         "  --run-id ID             job id passed as TORCHELASTIC_RUN_ID (default none)\n"
+         "  -h, --help              show this help\n"
+         "\n"
+         "Multi-node: export the same TESSERA_JOB_TOKEN on every node. See docs/launcher.md.\n";
+}
+
+}  // namespace tessera::cli

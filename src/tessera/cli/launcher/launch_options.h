@@ -1,0 +1,47 @@
+// LaunchOptions: the command line of `tessera run`, parsed by hand so that every
+// mistake is one line naming the flag and what it expects.
+//
+//   tessera run [options] PROGRAM [ARGS...]
+//
+// The flags are torchrun's (--nproc-per-node/-n, --nnodes, --node-rank,
+// --master-addr, --master-port, --max-restarts, --run-id; underscore spellings
+// too) plus --log-dir and --grace-period. Parsing stops at the first argument that
+// is not an option (or after "--"): the program and everything after it are
+// passed to the workers untouched, including arguments that look like flags.
+//
+// Pure functions on values; thread-safe.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace tessera::cli {
+
+struct LaunchOptions {
+  int nproc_per_node = 1;
+  int nnodes = 1;
+  int node_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;  // 0: the store picks a free port (single node only)
+  std::string log_dir;      // empty: no per-rank log files
+  int max_restarts = 0;     // restart all workers after a failure, up to this many times
+  double grace_period = 5.0;  // seconds between SIGTERM and SIGKILL at teardown
+  std::string run_id = "none";
+  bool help = false;
+  std::vector<std::string> program;  // PROGRAM then its ARGS
+
+  int world_size() const { return nproc_per_node * nnodes; }
+  // Global rank of this node's local rank `local_rank`.
+  int global_rank(int local_rank) const { return node_rank * nproc_per_node + local_rank; }
+};
+
+// Parses the arguments after `run`. Throws ConfigError with a one-line message
+// naming the offending flag or value (unknown flag, missing or malformed value,
+// -n < 1, node-rank >= nnodes, no program). With --help, returns help = true and
+// skips the "no program" check.
+LaunchOptions parse_launch_options(const std::vector<std::string>& args);
+
+// The text `tessera run --help` prints.
+std::string launch_usage();
+
+}  // namespace tessera::cli

@@ -1,0 +1,68 @@
+// Supervisor: watches the workers of one round of `tessera run` until all have
+// exited, relaying their output and tearing the job down when it must end early.
+//
+// Teardown: when a worker exits non-zero or by a signal, or when the launcher
+// receives SIGINT, SIGTERM or SIGHUP, every worker still running is sent a signal
+// (SIGTERM after a failure; the launcher's own signal otherwise), then SIGKILL
+// once the grace period has passed; a second launcher signal escalates to SIGKILL
+// at once. After the last worker is reaped, each worker's process group is
+// SIGKILLed so no helper process a worker started outlives the job.
+//
+// The supervisor installs handlers for SIGINT/SIGTERM/SIGHUP/SIGCHLD (a self-pipe
+// wakes its poll loop) and ignores SIGPIPE, for the lifetime of the object;
+// SIGINT/SIGHUP that were ignored on entry (a background job, nohup) stay ignored,
+// as in a shell. One Supervisor per process; not thread-safe (signal handlers are
+// process-wide).
+#pragma once
+
+#include <sys/types.h>
+
+#include <memory>
+#include <vector>
+
+#include "tessera/cli/launcher/output_relay.h"
+#include "tessera/cli/launcher/worker_process.h"
+
+namespace tessera::cli {
+
+// How one worker ended.
+struct WorkerReport {
+  int rank = 0;
+  int local_rank = 0;
+  pid_t pid = -1;
+  int exit_code = -1;   // -1 when killed by a signal
+  int term_signal = 0;  // 0 when it exited
+  double seconds = 0;   // time alive
+  bool stopped_by_launcher = false;  // still running when teardown began
+};
+
+// How one round (one start of all local workers) ended.
+struct RoundResult {
+  bool success = false;     // every worker exited 0 and no signal arrived
+  int launcher_signal = 0;  // first SIGINT/SIGTERM/SIGHUP the launcher got (0: none)
+  int first_failure = -1;   // index into workers of the first failure (-1: none)
+  double seconds = 0;       // duration of the round
+  std::vector<WorkerReport> workers;  // in local-rank order
+};
+
+class Supervisor {
+ public:
+  explicit Supervisor(double grace_period_seconds);
+  ~Supervisor();  // restores the previous signal dispositions
+  Supervisor(const Supervisor&) = delete;
+  Supervisor& operator=(const Supervisor&) = delete;
+
+  // Blocks until every worker has exited and its output is relayed (the output of
+  // a helper that escaped its process group is waited for at most ~1 s).
+  RoundResult supervise(std::vector<std::unique_ptr<WorkerProcess>>& workers,
+                        OutputRelay& relay);
+
+  // A SIGINT/SIGTERM/SIGHUP that arrived and was not yet consumed by supervise()
+  // (checked between rounds); 0 when none.
+  int take_pending_signal();
+
+ private:
+  double grace_period_;
+};
+
+}  // namespace tessera::cli

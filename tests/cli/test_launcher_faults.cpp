@@ -1,0 +1,81 @@
+// Faults inside a real Tessera job under `tessera run`: a rank SIGKILLed in the
+// middle of an all-reduce, a rank that stalls before one, and a store client with
+// the wrong job token. Workers are tests/cli/fault_worker.cpp.
+#include <gtest/gtest.h>
+
+#include "launcher_test_util.h"
+
+namespace tessera::testing {
+namespace {
+
+const std::string kFaultWorker = TESSERA_FAULT_WORKER;
+
+std::string launch(const std::string& flags, const std::string& marker, const std::string& args) {
+  return tessera_bin() + " run --master-port 0 --grace-period 2 " + flags + " " + kFaultWorker +
+         " " + marker + " " + args;
+}
+
+TEST(LauncherStore, WorkersJoinTheLaunchersStoreWithTheToken) {
+  std::string m = unique_marker("store");
+  auto r = run_command(launch("-n 3", m, "store"), 30);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  for (int rank = 0; rank < 3; ++rank) {
+    EXPECT_NE(r.output.find("[rank " + std::to_string(rank) + "] store ok"), std::string::npos)
+        << r.output;
+  }
+}
+
+TEST(LauncherStore, WrongTokenIsRefused) {
+  std::string m = unique_marker("badtoken");
+  // The launcher hosts the store with its token; this worker presents another.
+  auto r = run_command(tessera_bin() + " run --master-port 0 -n 1 sh -c " +
+                           shell_quote("TESSERA_JOB_TOKEN=not-the-token exec " + kFaultWorker +
+                                       " " + m + " store"),
+                       30);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("token"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("store ok"), std::string::npos) << r.output;
+  EXPECT_EQ(wait_for_no_processes(m, 2), 0);
+}
+
+TEST(LauncherFaults, AllReduceJobSucceeds) {
+  std::string m = unique_marker("allreduce");
+  auto r = run_command("TESSERA_TIMEOUT=10 " + launch("-n 2", m, "allreduce 20"), 60);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("[rank 1] done 20 all_reduces"), std::string::npos) << r.output;
+}
+
+TEST(LauncherFaults, RankKilledMidCollectiveEndsTheJob) {
+  std::string m = unique_marker("killrank");
+  auto r = run_command("TESSERA_TIMEOUT=3 " + launch("-n 3", m, "allreduce 50 kill 1 5"), 60);
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("[rank 1] killing myself during all_reduce #6"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("first failure: rank 1 (local rank 1"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("was killed by SIGKILL"), std::string::npos) << r.output;
+  EXPECT_LT(r.seconds, 2 * 3.0 + 3.0) << r.output;
+  EXPECT_EQ(wait_for_no_processes(m, 2), 0) << "a worker outlived the job";
+  std::printf("job with a rank SIGKILLed mid-collective ended in %.2f s\n", r.seconds);
+}
+
+TEST(LauncherFaults, StalledRankTimesOutAndIsNamed) {
+  std::string m = unique_marker("stall");
+  const double timeout = 3.0;
+  auto r = run_command("TESSERA_TIMEOUT=3 " + launch("-n 3", m, "allreduce 50 stall 2 5"), 60);
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("[rank 2] stalling before all_reduce #6"), std::string::npos)
+      << r.output;
+  // A survivor fails first with a timeout that names the rank it waited for.
+  EXPECT_NE(r.output.find("first failure: rank "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("rank 2 was killed by SIGTERM (stopped by the launcher)"),
+            std::string::npos)
+      << r.output;
+  std::string summary = r.output.substr(r.output.find("job failed"));
+  EXPECT_NE(summary.find("2"), std::string::npos) << summary;
+  EXPECT_LT(r.seconds, 2 * timeout + 2.0) << r.output;
+  EXPECT_EQ(wait_for_no_processes(m, 2), 0) << "a worker outlived the job";
+  std::printf("job with a stalled rank (TESSERA_TIMEOUT=3) ended in %.2f s\n", r.seconds);
+}
+
+}  // namespace
+}  // namespace tessera::testing
