@@ -1,0 +1,72 @@
+// CheckpointManifest: the table of contents of one checkpoint step directory,
+// `manifest.json`. Its presence is what makes a checkpoint complete: it is written
+// last, after every file it lists is on disk (see checkpoint_writer.h).
+//
+//   {"format": "tessera-checkpoint", "format_version": 1, "step": 100,
+//    "world_size": 4, "created_unix": 1733150000,
+//    "metadata": {...},                    // the caller's job-level JSON
+//    "rank_metadata": [{...}, ...],        // one caller JSON per rank
+//    "files": [{"path": "replicated.tsr", "rank": 0, "kind": "replicated",
+//               "size": 1234, "crc32c": "89abcdef",
+//               "tensors": [{"name": "wte.weight", "dtype": "Float",
+//                            "shape": [256, 64], "offset": 4096, "nbytes": 65536}]},
+//              {"path": "rank_00001.tsr", "rank": 1, "kind": "rank", ...}]}
+//
+// A plain value; not thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace tessera::checkpoint {
+
+constexpr int kManifestFormatVersion = 1;
+constexpr const char* kManifestName = "manifest.json";
+constexpr const char* kLatestName = "latest";
+
+struct TensorEntry {
+  std::string name;
+  std::string dtype;  // c10 ScalarType name: "Float", "Long", "BFloat16", ...
+  std::vector<int64_t> shape;
+  uint64_t offset = 0;  // byte offset of the data in its file
+  uint64_t nbytes = 0;
+};
+
+enum class FileKind { kReplicated, kRank };
+
+struct FileEntry {
+  std::string path;  // relative to the step directory
+  int rank = 0;      // the rank that wrote it
+  FileKind kind = FileKind::kRank;
+  uint64_t size = 0;   // bytes
+  std::string crc32c;  // hex, of the whole file
+  std::vector<TensorEntry> tensors;
+};
+
+struct CheckpointManifest {
+  int format_version = kManifestFormatVersion;
+  int64_t step = 0;
+  int world_size = 1;
+  int64_t created_unix = 0;
+  nlohmann::json metadata = nlohmann::json::object();
+  std::vector<nlohmann::json> rank_metadata;  // world_size entries
+  std::vector<FileEntry> files;
+
+  std::string to_json() const;
+  // CheckpointError naming `source` (the manifest path) and the problem when the
+  // text is not valid JSON, has another format or version, or misses fields.
+  static CheckpointManifest from_json(const std::string& text, const std::string& source);
+
+  // The replicated file, or nullptr if the checkpoint has none.
+  const FileEntry* replicated_file() const;
+  // Rank r's own file, or nullptr if it wrote none.
+  const FileEntry* rank_file(int rank) const;
+};
+
+nlohmann::json to_json(const FileEntry& file);
+// CheckpointError naming `source` when a field is missing or has the wrong type.
+FileEntry file_entry_from_json(const nlohmann::json& j, const std::string& source);
+
+}  // namespace tessera::checkpoint

@@ -1,0 +1,87 @@
+// CheckpointWriter: collective, crash-safe save of one training step.
+//
+// Layout under the checkpoint directory `dir`:
+//   dir/step_<N>/replicated.tsr      state identical on every rank, written once by rank 0
+//   dir/step_<N>/rank_<rrrrr>.tsr    each rank's own state (RNG, sampler, shards)
+//   dir/step_<N>/manifest.json       written last (checkpoint_manifest.h)
+//   dir/latest                       "step_<N>\n", replaced after the manifest
+// (.tsr: tensor_file.h, a header plus raw tensor bytes; nothing executable.)
+//
+// Commit protocol, so a crash at any point leaves the previous checkpoint
+// loadable and the new one either complete or visibly partial (no manifest):
+//   1. rank 0 removes a stale manifest of step N (a retried save); barrier;
+//   2. every rank writes its file(s) to a temp name, fsyncs, renames, fsyncs the
+//      directory, and computes size and CRC-32C;
+//   3. all_gather of the file entries (or of the error a rank hit: then every rank
+//      throws a CheckpointError naming the failed ranks, and nothing is committed);
+//   4. rank 0 writes manifest.json (temp + fsync + rename + fsync of the directory),
+//      then `latest` (temp + fsync + rename + fsync), then prunes old steps
+//      (keep_last);
+//   5. all_gather of rank 0's outcome: save() returns on every rank only after the
+//      commit, or throws on every rank if it failed.
+//
+// Every rank calls save() with the same step, in the same collective order.
+// Owned by one training thread.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tessera/checkpoint/coordinator.h"
+
+namespace tessera::checkpoint {
+
+using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
+
+// What one rank contributes to a checkpoint. Tensors may live on any device and
+// have any layout; they are copied to contiguous CPU memory for writing.
+struct CheckpointState {
+  // Identical on every rank (model weights and optimizer state under plain data
+  // parallel). Only rank 0's copy is written; other ranks may leave it empty.
+  NamedTensors replicated;
+  // This rank's own state (ZeRO shards, RNG state, ...). May be empty.
+  NamedTensors per_rank;
+  // Job-level JSON (config, step counters); rank 0's is stored.
+  nlohmann::json metadata = nlohmann::json::object();
+  // This rank's small JSON state (e.g. sampler state), stored in the manifest.
+  nlohmann::json rank_metadata = nlohmann::json::object();
+};
+
+struct CheckpointWriterOptions {
+  // Keep only the newest keep_last committed steps (0: keep all). Older step
+  // directories are deleted by rank 0 after a successful commit.
+  int keep_last = 0;
+  // fsync files and directories (off only in tests that measure nothing durable).
+  bool fsync = true;
+};
+
+class CheckpointWriter {
+ public:
+  // `dir` is created if missing. coordinator: LocalCoordinator for one process,
+  // make_group_coordinator(group) or a StoreCoordinator for several.
+  CheckpointWriter(std::string dir, std::shared_ptr<Coordinator> coordinator,
+                   CheckpointWriterOptions options = {});
+
+  // Collective. Saves `state` as step `step` (>= 0) and returns the step
+  // directory once it is committed. Throws CheckpointError (on every rank) if any
+  // rank failed to write, naming the rank, file and cause.
+  std::string save(int64_t step, const CheckpointState& state);
+
+  const std::string& dir() const { return dir_; }
+
+ private:
+  std::string dir_;
+  std::shared_ptr<Coordinator> coordinator_;
+  CheckpointWriterOptions options_;
+};
+
+// "dir/step_<N>".
+std::string step_dir(const std::string& dir, int64_t step);
+
+}  // namespace tessera::checkpoint

@@ -1,0 +1,19 @@
+// CRC-32C (Castagnoli), the checksum of checkpoint files: detects truncation and
+// flipped bits, not tampering. Software slicing-by-8, ~1-2 GB/s per core, so
+// checksumming costs far less than the fsync that follows. Thread-safe.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace tessera::checkpoint {
+
+// Extends crc (0 for a fresh checksum) over data[0, size).
+uint32_t crc32c_extend(uint32_t crc, const void* data, size_t size);
+inline uint32_t crc32c(const void* data, size_t size) { return crc32c_extend(0, data, size); }
+
+// Eight lowercase hex digits, the form the manifest stores.
+std::string crc32c_hex(uint32_t crc);
+
+}  // namespace tessera::checkpoint

@@ -1,0 +1,250 @@
+#include "tessera/checkpoint/tensor_file.h"
+
+#include <ATen/ATen.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+
+#include "tessera/checkpoint/crc32c.h"
+#include "tessera/core/check.h"
+
+namespace tessera::checkpoint {
+
+namespace {
+
+constexpr char kMagic[8] = {'T', 'S', 'R', 'T', 'N', 'S', 'R', '1'};
+constexpr uint64_t kAlign = 64;
+constexpr uint64_t kMaxIndexBytes = 1ull << 30;
+
+uint64_t align_up(uint64_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
+
+// The dtypes a checkpoint may hold, by their c10 names.
+const std::vector<at::ScalarType>& supported_dtypes() {
+  static const std::vector<at::ScalarType> kTypes = {
+      at::kFloat, at::kDouble, at::kHalf, at::kBFloat16, at::kLong,
+      at::kInt,   at::kShort,  at::kChar, at::kByte,     at::kBool};
+  return kTypes;
+}
+
+std::optional<at::ScalarType> dtype_from_name(const std::string& name) {
+  for (auto t : supported_dtypes()) {
+    if (name == c10::toString(t)) return t;
+  }
+  return std::nullopt;
+}
+
+struct Fd {
+  int fd = -1;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+void write_all(int fd, const void* data, size_t size, const std::string& path) {
+  const char* p = static_cast<const char*>(data);
+  while (size > 0) {
+    ssize_t n = ::write(fd, p, size);
+    if (n < 0 && errno == EINTR) continue;
+    TS_CHECK_ERRNO(CheckpointError, n, "cannot write checkpoint file ", path,
+                   " (disk full or read-only?)");
+    p += n;
+    size -= static_cast<size_t>(n);
+  }
+}
+
+// Runs write_body on a temp file next to path, fsyncs, renames it over path.
+template <typename WriteFn>
+void write_atomically(const std::string& path, bool do_fsync, WriteFn&& write_body) {
+  // pid + a process-wide counter: unique even when ranks run as threads.
+  static std::atomic<uint64_t> counter{0};
+  const std::string tmp =
+      path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter.fetch_add(1));
+  {
+    Fd f;
+    f.fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    TS_CHECK_ERRNO(CheckpointError, f.fd, "cannot create checkpoint file ", tmp);
+    try {
+      write_body(f.fd, tmp);
+      if (do_fsync) TS_CHECK_ERRNO(CheckpointError, ::fsync(f.fd), "cannot fsync ", tmp);
+    } catch (...) {
+      ::unlink(tmp.c_str());
+      throw;
+    }
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    int err = errno;
+    ::unlink(tmp.c_str());
+    TS_THROW(CheckpointError, "cannot rename ", tmp, " to ", path, ": ", std::strerror(err));
+  }
+  if (do_fsync) fsync_dir(std::filesystem::path(path).parent_path().string());
+}
+
+}  // namespace
+
+void fsync_dir(const std::string& dir) {
+  Fd f;
+  f.fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  TS_CHECK_ERRNO(CheckpointError, f.fd, "cannot open directory ", dir, " to fsync it");
+  TS_CHECK_ERRNO(CheckpointError, ::fsync(f.fd), "cannot fsync directory ", dir);
+}
+
+void write_file_atomic(const std::string& path, const std::string& contents, bool do_fsync) {
+  write_atomically(path, do_fsync, [&](int fd, const std::string& tmp) {
+    write_all(fd, contents.data(), contents.size(), tmp);
+  });
+}
+
+WrittenFile write_tensor_file(const std::string& path,
+                              const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+                              bool do_fsync) {
+  WrittenFile out;
+  std::vector<at::Tensor> cpu;
+  std::set<std::string> names;
+  for (const auto& [name, t] : tensors) {
+    TS_CHECK(names.insert(name).second, "checkpoint tensor name '", name,
+             "' is used twice in one file; names must be unique");
+    TS_CHECK_T(CheckpointError, t.defined(), "checkpoint tensor '", name, "' is undefined");
+    TS_CHECK_T(CheckpointError, dtype_from_name(c10::toString(t.scalar_type())).has_value(),
+               "checkpoint tensor '", name, "' has dtype ", t.scalar_type(),
+               " which checkpoints do not support");
+    cpu.push_back(t.detach().to(at::kCPU).contiguous());
+    TensorEntry e;
+    e.name = name;
+    e.dtype = c10::toString(t.scalar_type());
+    e.shape = t.sizes().vec();
+    e.nbytes = static_cast<uint64_t>(cpu.back().numel()) * cpu.back().element_size();
+    out.tensors.push_back(e);
+  }
+  // The index holds offsets, which depend on the index's own length: lay out with
+  // a generous reserved index size, then serialize once with final offsets.
+  auto index_json = [&]() {
+    nlohmann::json arr = nlohmann::json::array();
+    for (const auto& e : out.tensors) {
+      arr.push_back({{"name", e.name},
+                     {"dtype", e.dtype},
+                     {"shape", e.shape},
+                     {"offset", e.offset},
+                     {"nbytes", e.nbytes}});
+    }
+    return nlohmann::json{{"tensors", arr}}.dump();
+  };
+  for (auto& e : out.tensors) e.offset = UINT64_MAX;  // widest number: upper bound on size
+  const uint64_t index_len = index_json().size();
+  uint64_t offset = align_up(16 + index_len);
+  for (auto& e : out.tensors) {
+    e.offset = offset;
+    offset = align_up(offset + e.nbytes);
+  }
+  std::string index = index_json();
+  index.resize(index_len, ' ');  // pad to the reserved length (JSON allows trailing spaces)
+  uint32_t crc = 0;
+  write_atomically(path, do_fsync, [&](int fd, const std::string& tmp) {
+    std::string head(kMagic, 8);
+    uint64_t len = index_len;
+    head.append(reinterpret_cast<const char*>(&len), 8);
+    head += index;
+    head.resize(align_up(head.size()), '\0');
+    write_all(fd, head.data(), head.size(), tmp);
+    crc = crc32c_extend(crc, head.data(), head.size());
+    uint64_t pos = head.size();
+    for (size_t i = 0; i < cpu.size(); ++i) {
+      const auto& e = out.tensors[i];
+      if (pos < e.offset) {
+        std::string pad(e.offset - pos, '\0');
+        write_all(fd, pad.data(), pad.size(), tmp);
+        crc = crc32c_extend(crc, pad.data(), pad.size());
+        pos = e.offset;
+      }
+      write_all(fd, cpu[i].data_ptr(), e.nbytes, tmp);
+      crc = crc32c_extend(crc, cpu[i].data_ptr(), e.nbytes);
+      pos += e.nbytes;
+    }
+    out.size = pos;
+  });
+  out.crc = crc;
+  return out;
+}
+
+std::vector<TensorEntry> parse_tensor_index(const std::string& bytes, const std::string& source) {
+  TS_CHECK_T(CheckpointError, bytes.size() >= 16 && std::memcmp(bytes.data(), kMagic, 8) == 0,
+             "checkpoint file ", source, " is not a Tessera tensor file (bad magic)");
+  uint64_t len = 0;
+  std::memcpy(&len, bytes.data() + 8, 8);
+  TS_CHECK_T(CheckpointError, len <= kMaxIndexBytes && 16 + len <= bytes.size(), "checkpoint file ",
+             source, " has an index length ", len, " beyond its ", bytes.size(),
+             " bytes (truncated?)");
+  std::vector<TensorEntry> entries;
+  try {
+    auto j = nlohmann::json::parse(bytes.substr(16, len));
+    for (const auto& t : j.at("tensors")) {
+      TensorEntry e;
+      e.name = t.at("name").get<std::string>();
+      e.dtype = t.at("dtype").get<std::string>();
+      e.shape = t.at("shape").get<std::vector<int64_t>>();
+      e.offset = t.at("offset").get<uint64_t>();
+      e.nbytes = t.at("nbytes").get<uint64_t>();
+      entries.push_back(std::move(e));
+    }
+  } catch (const nlohmann::json::exception& e) {
+    TS_THROW(CheckpointError, "checkpoint file ", source, " has a malformed index: ", e.what());
+  }
+  for (const auto& e : entries) {
+    auto dtype = dtype_from_name(e.dtype);
+    TS_CHECK_T(CheckpointError, dtype.has_value(), "checkpoint file ", source, ": tensor '", e.name,
+               "' has unknown dtype '", e.dtype, "'");
+    uint64_t numel = 1;
+    for (int64_t d : e.shape) {
+      TS_CHECK_T(CheckpointError, d >= 0, "checkpoint file ", source, ": tensor '", e.name,
+                 "' has a negative dimension");
+      numel *= static_cast<uint64_t>(d);
+    }
+    TS_CHECK_T(CheckpointError, numel * c10::elementSize(*dtype) == e.nbytes, "checkpoint file ",
+               source, ": tensor '", e.name, "' byte count does not match its shape and dtype");
+    TS_CHECK_T(CheckpointError, e.offset <= bytes.size() && e.nbytes <= bytes.size() - e.offset,
+               "checkpoint file ", source, ": tensor '", e.name,
+               "' lies outside the file (truncated?)");
+  }
+  return entries;
+}
+
+at::Tensor tensor_from_bytes(const std::string& bytes, const TensorEntry& entry,
+                             const std::string& source) {
+  auto dtype = dtype_from_name(entry.dtype);
+  TS_CHECK_T(CheckpointError, dtype.has_value(), "checkpoint file ", source, ": tensor '",
+             entry.name, "' has unknown dtype '", entry.dtype, "'");
+  at::Tensor t = at::empty(entry.shape, at::TensorOptions().dtype(*dtype));
+  TS_CHECK_T(CheckpointError,
+             static_cast<uint64_t>(t.nbytes()) == entry.nbytes &&
+                 entry.offset + entry.nbytes <= bytes.size(),
+             "checkpoint file ", source, ": tensor '", entry.name, "' has inconsistent size");
+  if (entry.nbytes > 0) std::memcpy(t.data_ptr(), bytes.data() + entry.offset, entry.nbytes);
+  return t;
+}
+
+std::string read_file_bytes(const std::string& path) {
+  Fd f;
+  f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  TS_CHECK_ERRNO(CheckpointError, f.fd, "cannot open checkpoint file ", path);
+  struct stat st;
+  TS_CHECK_ERRNO(CheckpointError, ::fstat(f.fd, &st), "cannot stat ", path);
+  std::string out(static_cast<size_t>(st.st_size), '\0');
+  size_t done = 0;
+  while (done < out.size()) {
+    ssize_t n = ::read(f.fd, out.data() + done, out.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    TS_CHECK_ERRNO(CheckpointError, n, "cannot read checkpoint file ", path);
+    if (n == 0) break;
+    done += static_cast<size_t>(n);
+  }
+  out.resize(done);
+  return out;
+}
+
+}  // namespace tessera::checkpoint

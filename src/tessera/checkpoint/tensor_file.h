@@ -1,0 +1,51 @@
+// Tensor files (.tsr): the checkpoint shard format, a fixed header, a JSON index
+// and raw little-endian tensor bytes. Reading one never runs code from the file
+// (unlike pickle), and a reader can check sizes before allocating.
+//
+//   bytes [0, 8)    magic "TSRTNSR1"
+//   bytes [8, 16)   uint64 length L of the JSON index
+//   bytes [16, 16+L) JSON: {"tensors": [{"name", "dtype", "shape", "offset", "nbytes"}]}
+//   then each tensor's bytes at its offset (64-byte aligned), contiguous, row-major.
+//
+// Free functions; thread-safe on distinct files.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tessera/checkpoint/checkpoint_manifest.h"
+
+namespace tessera::checkpoint {
+
+struct WrittenFile {
+  uint64_t size = 0;
+  uint32_t crc = 0;
+  std::vector<TensorEntry> tensors;
+};
+
+// Writes tensors to `path` via a temp file, fsync (if do_fsync) and rename, and
+// returns size, CRC-32C and index. CheckpointError naming the path on I/O failure
+// or an unsupported dtype; Error if two tensors share a name.
+WrittenFile write_tensor_file(const std::string& path,
+                              const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+                              bool do_fsync);
+
+// Parses a whole file held in memory (already checksummed): CheckpointError
+// naming `source` if the header or index is malformed or points outside the data.
+std::vector<TensorEntry> parse_tensor_index(const std::string& bytes, const std::string& source);
+// Builds a CPU tensor from entry's bytes inside `bytes`.
+at::Tensor tensor_from_bytes(const std::string& bytes, const TensorEntry& entry,
+                             const std::string& source);
+
+// Reads a whole file; CheckpointError naming it if missing or unreadable.
+std::string read_file_bytes(const std::string& path);
+// Atomic small-file replace: temp + fsync + rename + fsync of the directory.
+void write_file_atomic(const std::string& path, const std::string& contents, bool do_fsync);
+// fsync a directory so a rename inside it is durable.
+void fsync_dir(const std::string& dir);
+
+}  // namespace tessera::checkpoint

@@ -1,0 +1,58 @@
+// tessera data: dataset tools. `tessera data prepare` turns text (a file or a
+// directory) into llm.c .bin token files of byte tokens for `tessera train`.
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdio>
+
+#include "tessera/cli/commands/command.h"
+#include "tessera/core/check.h"
+#include "tessera/data/text_to_tokens.h"
+
+namespace tessera::cli {
+
+namespace {
+
+int prepare(const Args& args) {
+  data::PrepareOptions opts;
+  CLI::App app{"tessera data prepare: text (file or directory) -> llm.c .bin byte tokens",
+               "tessera data prepare"};
+  app.add_option("--input", opts.input, "text file or directory (files read in sorted order)")
+      ->required();
+  app.add_option("--output", opts.output, "token file to write (.bin)")->required();
+  app.add_option("--val-fraction", opts.val_fraction,
+                 "fraction of the bytes (the tail) written to --val-output");
+  app.add_option("--val-output", opts.val_output, "validation token file to write (.bin)");
+  std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 parses back to front
+  try {
+    app.parse(reversed);
+  } catch (const CLI::CallForHelp&) {
+    std::printf("%s", app.help().c_str());
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    TS_THROW(ConfigError, e.what(), "; run 'tessera data prepare --help'");
+  }
+  data::PrepareResult r = data::prepare_token_files(opts);
+  std::printf("read %lld file(s) from %s\nwrote %lld tokens to %s\n",
+              static_cast<long long>(r.files_read), opts.input.c_str(),
+              static_cast<long long>(r.train_tokens), opts.output.c_str());
+  if (!opts.val_output.empty()) {
+    std::printf("wrote %lld tokens to %s\n", static_cast<long long>(r.val_tokens),
+                opts.val_output.c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+int data_command(const Args& args) {
+  if (args.empty() || args[0] == "--help" || args[0] == "-h") {
+    std::printf(
+        "usage: tessera data prepare --input PATH --output FILE.bin "
+        "[--val-fraction F --val-output FILE.bin]\n");
+    return args.empty() ? 2 : 0;
+  }
+  if (args[0] == "prepare") return prepare(Args(args.begin() + 1, args.end()));
+  TS_THROW(ConfigError, "unknown 'tessera data' subcommand '", args[0], "'; available: prepare");
+}
+
+}  // namespace tessera::cli

@@ -1,0 +1,111 @@
+#include "tessera/data/token_file_dataset.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+
+#include "tessera/core/check.h"
+
+namespace tessera::data {
+
+namespace {
+
+// Closes a file descriptor on scope exit.
+struct FdCloser {
+  int fd;
+  ~FdCloser() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+void write_all(int fd, const void* data, size_t size, const std::string& path) {
+  const char* p = static_cast<const char*>(data);
+  while (size > 0) {
+    ssize_t n = ::write(fd, p, size);
+    if (n < 0 && errno == EINTR) continue;
+    TS_CHECK_ERRNO(ConfigError, n, "cannot write token file ", path);
+    p += n;
+    size -= static_cast<size_t>(n);
+  }
+}
+
+}  // namespace
+
+TokenFileDataset::TokenFileDataset(const std::string& path) : path_(path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  TS_CHECK_ERRNO(ConfigError, fd, "cannot open token file ", path,
+                 " (create one with `tessera data prepare`)");
+  FdCloser closer{fd};
+  struct stat st;
+  TS_CHECK_ERRNO(ConfigError, ::fstat(fd, &st), "cannot stat token file ", path);
+  const int64_t size = st.st_size;
+  TS_CHECK_T(ConfigError, size >= kTokenFileHeaderBytes, "token file ", path,
+             " is truncated: ", size, " bytes, shorter than the ", kTokenFileHeaderBytes,
+             "-byte llm.c header; is it a .bin token file?");
+  int32_t header[kTokenFileHeaderInts];
+  ssize_t got = ::pread(fd, header, sizeof(header), 0);
+  TS_CHECK_ERRNO(ConfigError, got, "cannot read the header of token file ", path);
+  TS_CHECK_T(ConfigError, got == static_cast<ssize_t>(sizeof(header)), "token file ", path,
+             ": short read of the header");
+  TS_CHECK_T(ConfigError, header[0] == kTokenFileMagic, "token file ", path, " has magic ",
+             header[0], ", expected ", kTokenFileMagic,
+             " (llm.c .bin layout); is it a token file?");
+  TS_CHECK_T(ConfigError, header[1] == kTokenFileVersion, "token file ", path, " has version ",
+             header[1], "; only version ", kTokenFileVersion, " (uint16 tokens) is supported");
+  const int64_t count = header[2];
+  TS_CHECK_T(ConfigError, count >= 0, "token file ", path, " has a negative token count ", count);
+  const int64_t expected = kTokenFileHeaderBytes + 2 * count;
+  TS_CHECK_T(ConfigError, size >= expected, "token file ", path, " is truncated: the header says ",
+             count, " tokens (", expected, " bytes) but the file has ", size, " bytes");
+  TS_CHECK_T(ConfigError, size == expected, "token file ", path, " has ", size - expected,
+             " bytes after its ", count, " tokens; the header's token count is wrong");
+  num_tokens_ = count;
+  map_size_ = static_cast<size_t>(size);
+  void* m = ::mmap(nullptr, map_size_, PROT_READ, MAP_SHARED, fd, 0);
+  if (m == MAP_FAILED) {
+    int err = errno;
+    TS_THROW(ConfigError, "cannot mmap token file ", path, ": ", std::strerror(err));
+  }
+  map_ = m;
+  tokens_ = reinterpret_cast<const uint16_t*>(static_cast<const char*>(m) + kTokenFileHeaderBytes);
+}
+
+TokenFileDataset::~TokenFileDataset() {
+  if (map_ != nullptr) ::munmap(map_, map_size_);
+}
+
+void TokenFileDataset::copy_tokens(int64_t start, int64_t count, int64_t* out) const {
+  TS_CHECK(start >= 0 && count >= 0 && start + count <= num_tokens_, "tokens [", start, ", ",
+           start + count, ") are outside token file ", path_, " (", num_tokens_, " tokens)");
+  for (int64_t i = 0; i < count; ++i) out[i] = tokens_[start + i];
+}
+
+void write_token_file(const std::string& path, const std::vector<uint16_t>& tokens) {
+  TS_CHECK_T(ConfigError, tokens.size() <= 0x7fffffffu, "cannot write ", tokens.size(),
+             " tokens to ", path, ": the llm.c header holds at most 2^31-1");
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  TS_CHECK_ERRNO(ConfigError, fd, "cannot create token file ", tmp,
+                 " (does the output directory exist and is it writable?)");
+  {
+    FdCloser closer{fd};
+    int32_t header[kTokenFileHeaderInts] = {};
+    header[0] = kTokenFileMagic;
+    header[1] = kTokenFileVersion;
+    header[2] = static_cast<int32_t>(tokens.size());
+    write_all(fd, header, sizeof(header), tmp);
+    write_all(fd, tokens.data(), tokens.size() * sizeof(uint16_t), tmp);
+    TS_CHECK_ERRNO(ConfigError, ::fsync(fd), "cannot fsync token file ", tmp);
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    int err = errno;
+    ::unlink(tmp.c_str());
+    TS_THROW(ConfigError, "cannot rename ", tmp, " to ", path, ": ", std::strerror(err));
+  }
+}
+
+}  // namespace tessera::data

@@ -1,0 +1,53 @@
+// TokenFileDataset: a token file in the llm.c / nanoGPT `.bin` layout, memory-mapped
+// read-only so a job of many ranks shares one page-cache copy.
+//
+// Layout (llm.c's dev/data format): a header of 256 little-endian int32 —
+// [0] magic 20240520, [1] version 1 (uint16 tokens), [2] number of tokens — then the
+// tokens as little-endian uint16. The constructor validates all of it: a missing
+// file, a wrong magic or version, or a size that does not match the token count
+// (truncated or trailing bytes) is a ConfigError naming the file and the problem.
+//
+// Owns the mapping (unmapped on destruction); not copyable. Reads are thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tessera/data/token_dataset.h"
+
+namespace tessera::data {
+
+constexpr int32_t kTokenFileMagic = 20240520;
+constexpr int32_t kTokenFileVersion = 1;
+constexpr int64_t kTokenFileHeaderInts = 256;
+constexpr int64_t kTokenFileHeaderBytes = kTokenFileHeaderInts * 4;
+
+class TokenFileDataset : public TokenDataset {
+ public:
+  explicit TokenFileDataset(const std::string& path);
+  ~TokenFileDataset() override;
+  TokenFileDataset(const TokenFileDataset&) = delete;
+  TokenFileDataset& operator=(const TokenFileDataset&) = delete;
+
+  int64_t num_tokens() const override { return num_tokens_; }
+  void copy_tokens(int64_t start, int64_t count, int64_t* out) const override;
+  int64_t vocab_size() const override { return 65536; }
+  std::string source() const override { return path_; }
+
+  // The raw tokens (valid while this object lives).
+  const uint16_t* tokens() const { return tokens_; }
+
+ private:
+  std::string path_;
+  void* map_ = nullptr;
+  size_t map_size_ = 0;
+  const uint16_t* tokens_ = nullptr;
+  int64_t num_tokens_ = 0;
+};
+
+// Writes tokens as an llm.c .bin file: to `path`.tmp.<pid>, fsync, then rename, so
+// a reader never sees a partial file. ConfigError naming the path on I/O failure.
+void write_token_file(const std::string& path, const std::vector<uint16_t>& tokens);
+
+}  // namespace tessera::data

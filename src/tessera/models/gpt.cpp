@@ -1,0 +1,175 @@
+#include "tessera/models/gpt.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <cmath>
+#include <limits>
+
+#include "tessera/core/check.h"
+
+namespace tessera::models {
+
+namespace F = torch::nn::functional;
+
+void GPTConfig::validate() const {
+  TS_CHECK_T(ConfigError, vocab_size > 0, "GPTConfig.vocab_size must be > 0, got ", vocab_size);
+  TS_CHECK_T(ConfigError, block_size > 0, "GPTConfig.block_size must be > 0, got ", block_size);
+  TS_CHECK_T(ConfigError, n_layer > 0, "GPTConfig.n_layer must be > 0, got ", n_layer);
+  TS_CHECK_T(ConfigError, n_head > 0, "GPTConfig.n_head must be > 0, got ", n_head);
+  TS_CHECK_T(ConfigError, n_embd > 0 && n_embd % n_head == 0, "GPTConfig.n_embd (", n_embd,
+             ") must be a positive multiple of n_head (", n_head, ")");
+  TS_CHECK_T(ConfigError, dropout >= 0 && dropout < 1, "GPTConfig.dropout must be in [0, 1), got ",
+             dropout);
+}
+
+CausalSelfAttentionImpl::CausalSelfAttentionImpl(const GPTConfig& config)
+    : n_head_(config.n_head), n_embd_(config.n_embd) {
+  c_attn = register_module(
+      "c_attn",
+      torch::nn::Linear(torch::nn::LinearOptions(n_embd_, 3 * n_embd_).bias(config.bias)));
+  c_proj = register_module(
+      "c_proj", torch::nn::Linear(torch::nn::LinearOptions(n_embd_, n_embd_).bias(config.bias)));
+  attn_dropout = register_module("attn_dropout", torch::nn::Dropout(config.dropout));
+  resid_dropout = register_module("resid_dropout", torch::nn::Dropout(config.dropout));
+}
+
+torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
+  const int64_t B = x.size(0), T = x.size(1), C = x.size(2);
+  const int64_t hd = C / n_head_;
+  auto qkv = c_attn(x).split(n_embd_, /*dim=*/2);
+  // [B, T, C] -> [B, nh, T, hd]
+  auto q = qkv[0].view({B, T, n_head_, hd}).transpose(1, 2);
+  auto k = qkv[1].view({B, T, n_head_, hd}).transpose(1, 2);
+  auto v = qkv[2].view({B, T, n_head_, hd}).transpose(1, 2);
+  auto att = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(hd)));
+  // The mask is rebuilt per call rather than registered as a buffer, so it is not
+  // part of the state that DDP broadcasts or checkpoints save. T^2 bools: cheap.
+  auto future =
+      torch::ones({T, T}, torch::TensorOptions().dtype(torch::kBool).device(x.device())).triu(1);
+  att = att.masked_fill(future, -std::numeric_limits<float>::infinity());
+  att = attn_dropout(torch::softmax(att, -1));
+  auto y = torch::matmul(att, v).transpose(1, 2).contiguous().view({B, T, C});
+  return resid_dropout(c_proj(y));
+}
+
+GPTMLPImpl::GPTMLPImpl(const GPTConfig& config) {
+  c_fc = register_module(
+      "c_fc", torch::nn::Linear(
+                  torch::nn::LinearOptions(config.n_embd, 4 * config.n_embd).bias(config.bias)));
+  c_proj = register_module(
+      "c_proj", torch::nn::Linear(
+                    torch::nn::LinearOptions(4 * config.n_embd, config.n_embd).bias(config.bias)));
+  dropout = register_module("dropout", torch::nn::Dropout(config.dropout));
+}
+
+torch::Tensor GPTMLPImpl::forward(const torch::Tensor& x) {
+  return dropout(c_proj(torch::gelu(c_fc(x))));
+}
+
+namespace {
+torch::nn::LayerNorm make_ln(const GPTConfig& c) {
+  return torch::nn::LayerNorm(
+      torch::nn::LayerNormOptions({c.n_embd}).elementwise_affine(true).eps(1e-5));
+}
+}  // namespace
+
+BlockImpl::BlockImpl(const GPTConfig& config) {
+  ln_1 = register_module("ln_1", make_ln(config));
+  attn = register_module("attn", CausalSelfAttention(config));
+  ln_2 = register_module("ln_2", make_ln(config));
+  mlp = register_module("mlp", GPTMLP(config));
+}
+
+torch::Tensor BlockImpl::forward(torch::Tensor x) {
+  x = x + attn(ln_1(x));
+  return x + mlp(ln_2(x));
+}
+
+GPTImpl::GPTImpl(const GPTConfig& config) : config_(config) {
+  config_.validate();
+  wte = register_module("wte", torch::nn::Embedding(config.vocab_size, config.n_embd));
+  wpe = register_module("wpe", torch::nn::Embedding(config.block_size, config.n_embd));
+  drop = register_module("drop", torch::nn::Dropout(config.dropout));
+  h = register_module("h", torch::nn::ModuleList());
+  for (int64_t i = 0; i < config.n_layer; ++i) h->push_back(Block(config));
+  ln_f = register_module("ln_f", make_ln(config));
+  init_weights();
+}
+
+void GPTImpl::init_weights() {
+  torch::NoGradGuard no_grad;
+  auto gen = at::detail::createCPUGenerator(config_.seed);
+  const double std = 0.02;
+  const double resid_std = 0.02 / std::sqrt(2.0 * static_cast<double>(config_.n_layer));
+  // Parameters are visited in registration order, so the draws are reproducible.
+  for (auto& p : named_parameters(/*recurse=*/true)) {
+    const std::string& name = p.key();
+    auto& t = p.value();
+    const bool is_bias = name.size() >= 4 && name.compare(name.size() - 4, 4, "bias") == 0;
+    if (name.find("ln_") != std::string::npos) {
+      if (is_bias)
+        t.zero_();
+      else
+        t.fill_(1.0);
+    } else if (is_bias) {
+      t.zero_();
+    } else if (name.find("c_proj.weight") != std::string::npos) {
+      t.normal_(0.0, resid_std, gen);
+    } else {
+      t.normal_(0.0, std, gen);
+    }
+  }
+}
+
+torch::Tensor GPTImpl::forward(const torch::Tensor& idx) {
+  TS_CHECK(idx.dim() == 2, "GPT.forward expects idx of shape [B, T], got ", idx.sizes());
+  const int64_t T = idx.size(1);
+  TS_CHECK(T >= 1 && T <= config_.block_size, "GPT.forward: sequence length ", T,
+           " exceeds block_size ", config_.block_size, " (crop the input or raise block_size)");
+  auto pos = torch::arange(T, torch::TensorOptions().dtype(torch::kLong).device(idx.device()));
+  auto x = drop(wte(idx) + wpe(pos));
+  for (const auto& block : *h) x = block->as<Block>()->forward(x);
+  x = ln_f(x);
+  // Tied head: the token embedding doubles as the output projection.
+  return F::linear(x, wte->weight);
+}
+
+torch::Tensor GPTImpl::loss(const torch::Tensor& idx, const torch::Tensor& targets) {
+  auto logits = forward(idx);
+  return F::cross_entropy(logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}));
+}
+
+torch::Tensor GPTImpl::generate(const torch::Tensor& prompt, int64_t max_new_tokens,
+                                double temperature, int64_t top_k, uint64_t seed) {
+  TS_CHECK(temperature > 0, "GPT.generate: temperature must be > 0, got ", temperature);
+  TS_CHECK(prompt.numel() >= 1, "GPT.generate: the prompt needs at least one token");
+  torch::NoGradGuard no_grad;
+  const bool was_training = is_training();
+  eval();
+  auto gen = at::detail::createCPUGenerator(seed);
+  auto seq = prompt.reshape({1, -1}).to(torch::kLong);
+  const auto device = wte->weight.device();
+  for (int64_t i = 0; i < max_new_tokens; ++i) {
+    const int64_t T = seq.size(1);
+    auto ctx = T > config_.block_size ? seq.slice(1, T - config_.block_size) : seq;
+    auto logits = forward(ctx.to(device)).select(1, -1).to(torch::kCPU, torch::kFloat) /
+                  temperature;  // [1, V]
+    if (top_k > 0 && top_k < logits.size(-1)) {
+      auto kth = std::get<0>(logits.topk(top_k, -1)).select(-1, top_k - 1).unsqueeze(-1);
+      logits = logits.masked_fill(logits < kth, -std::numeric_limits<float>::infinity());
+    }
+    auto next = at::multinomial(torch::softmax(logits, -1), 1, /*replacement=*/false, gen);
+    seq = torch::cat({seq, next.to(seq.device())}, 1);
+  }
+  train(was_training);
+  return seq;
+}
+
+int64_t GPTImpl::num_parameters(bool exclude_position_embeddings) const {
+  int64_t n = 0;
+  for (const auto& p : parameters()) n += p.numel();
+  if (exclude_position_embeddings) n -= wpe->weight.numel();
+  return n;
+}
+
+}  // namespace tessera::models

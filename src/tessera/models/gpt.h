@@ -1,0 +1,118 @@
+// GPT: a GPT-2 style decoder-only transformer, the reference model `tessera train`
+// trains and the model the parallel layers are checked against.
+//
+// Token + learned position embeddings, n_layer pre-LayerNorm blocks (causal
+// self-attention with an explicit mask, then a 4x GELU MLP, each with a residual
+// connection), a final LayerNorm and a language-model head tied to the token
+// embedding (the head has no parameter of its own: logits = x @ wte^T).
+//
+// Initialization follows GPT-2: every Linear and Embedding weight ~ N(0, 0.02),
+// biases zero, LayerNorm (1, 0), and the residual projections (attention c_proj and
+// MLP c_proj) ~ N(0, 0.02 / sqrt(2 * n_layer)). It draws from a private generator
+// seeded with config.seed, so every rank that builds a GPT from the same config
+// gets bit-identical weights without touching the global RNG.
+//
+// Ownership and threads: an ordinary torch::nn module (use through the GPT
+// holder). Not thread-safe; one training thread per instance.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+
+namespace tessera::models {
+
+struct GPTConfig {
+  int64_t vocab_size = 256;  // 256: raw bytes
+  int64_t block_size = 64;   // maximum sequence length (position table size)
+  int64_t n_layer = 2;
+  int64_t n_head = 2;
+  int64_t n_embd = 64;  // must be divisible by n_head
+  double dropout = 0.0;
+  bool bias = true;      // biases in Linear and LayerNorm layers
+  uint64_t seed = 1337;  // weight initialization seed
+  // ConfigError naming the field when a value is out of range.
+  void validate() const;
+};
+
+// Causal self-attention: softmax(q k^T / sqrt(d) + mask) v with a -inf upper
+// triangle, so position t only sees positions <= t. O(T^2) memory per head.
+class CausalSelfAttentionImpl : public torch::nn::Module {
+ public:
+  explicit CausalSelfAttentionImpl(const GPTConfig& config);
+  // x: [B, T, C] -> [B, T, C].
+  torch::Tensor forward(const torch::Tensor& x);
+
+  torch::nn::Linear c_attn{nullptr};  // C -> 3C (q, k, v)
+  torch::nn::Linear c_proj{nullptr};  // C -> C, residual projection
+  torch::nn::Dropout attn_dropout{nullptr}, resid_dropout{nullptr};
+
+ private:
+  int64_t n_head_;
+  int64_t n_embd_;
+};
+TORCH_MODULE(CausalSelfAttention);
+
+class GPTMLPImpl : public torch::nn::Module {
+ public:
+  explicit GPTMLPImpl(const GPTConfig& config);
+  torch::Tensor forward(const torch::Tensor& x);  // [B,T,C] -> [B,T,C]
+
+  torch::nn::Linear c_fc{nullptr};    // C -> 4C
+  torch::nn::Linear c_proj{nullptr};  // 4C -> C, residual projection
+  torch::nn::Dropout dropout{nullptr};
+};
+TORCH_MODULE(GPTMLP);
+
+// x + attn(ln_1(x)), then x + mlp(ln_2(x)).
+class BlockImpl : public torch::nn::Module {
+ public:
+  explicit BlockImpl(const GPTConfig& config);
+  torch::Tensor forward(torch::Tensor x);
+
+  torch::nn::LayerNorm ln_1{nullptr}, ln_2{nullptr};
+  CausalSelfAttention attn{nullptr};
+  GPTMLP mlp{nullptr};
+};
+TORCH_MODULE(Block);
+
+class GPTImpl : public torch::nn::Module {
+ public:
+  // Builds and initializes the model; ConfigError if the config is invalid.
+  explicit GPTImpl(const GPTConfig& config);
+
+  // idx: int64 [B, T] token ids with T <= block_size and ids < vocab_size
+  // (tessera::Error otherwise). Returns logits [B, T, vocab_size].
+  torch::Tensor forward(const torch::Tensor& idx);
+
+  // Mean cross entropy of forward(idx) against targets (int64 [B, T]).
+  torch::Tensor loss(const torch::Tensor& idx, const torch::Tensor& targets);
+
+  // Autoregressive sampling for a text sample: appends max_new_tokens tokens to
+  // prompt (int64 [T] or [1, T], T >= 1), conditioning on at most the last
+  // block_size tokens. temperature > 0 scales the logits; top_k > 0 keeps only the
+  // k most likely tokens. Draws from a private generator seeded with `seed`, so
+  // the same call gives the same text. Runs in eval mode without autograd and
+  // restores the previous train/eval mode. Returns int64 [1, T + max_new_tokens].
+  torch::Tensor generate(const torch::Tensor& prompt, int64_t max_new_tokens,
+                         double temperature = 1.0, int64_t top_k = 0, uint64_t seed = 0);
+
+  // Number of parameters (the tied head counted once). With
+  // exclude_position_embeddings, leaves out wpe as GPT-2's reporting does.
+  int64_t num_parameters(bool exclude_position_embeddings = false) const;
+
+  const GPTConfig& config() const { return config_; }
+
+  torch::nn::Embedding wte{nullptr};  // token embedding, also the LM head
+  torch::nn::Embedding wpe{nullptr};  // position embedding
+  torch::nn::Dropout drop{nullptr};
+  torch::nn::ModuleList h{nullptr};  // Blocks
+  torch::nn::LayerNorm ln_f{nullptr};
+
+ private:
+  void init_weights();
+  GPTConfig config_;
+};
+TORCH_MODULE(GPT);
+
+}  // namespace tessera::models
