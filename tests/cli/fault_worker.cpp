@@ -26,6 +26,12 @@
 
 namespace {
 
+long long epoch_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
 int store_mode() {
   auto info = tessera::LaunchInfo::from_env();
   tessera::set_rank_context(info.rank, info.world_size);
@@ -47,14 +53,16 @@ int allreduce_mode(int iters, const std::string& fault, int fault_rank, int faul
   std::fflush(stdout);
   for (int i = 0; i < iters; ++i) {
     if (faulty && i == fault_iter && fault == "stall") {
-      std::printf("stalling before all_reduce #%d\n", i + 1);
+      // The wall-clock time lets the test measure from the fault, not from the
+      // (load-dependent) start-up of every process.
+      std::printf("stalling before all_reduce #%d at %lld ms\n", i + 1, epoch_ms());
       std::fflush(stdout);
       while (true) pause();
     }
     at::Tensor t = at::ones({1 << 16});
     auto work = group->all_reduce(t);
     if (faulty && i == fault_iter && fault == "kill") {
-      std::printf("killing myself during all_reduce #%d\n", i + 1);
+      std::printf("killing myself during all_reduce #%d at %lld ms\n", i + 1, epoch_ms());
       std::fflush(stdout);
       raise(SIGKILL);
     }

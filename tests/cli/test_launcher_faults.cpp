@@ -3,6 +3,9 @@
 // the wrong job token. Workers are tests/cli/fault_worker.cpp.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cstdlib>
+
 #include "launcher_test_util.h"
 
 namespace tessera::testing {
@@ -38,6 +41,19 @@ TEST(LauncherStore, WrongTokenIsRefused) {
   EXPECT_EQ(wait_for_no_processes(m, 2), 0);
 }
 
+// Seconds from the fault (the worker prints "... at <epoch ms> ms") to now: the
+// launcher's reaction time, without the load-dependent start-up of LibTorch.
+double seconds_since_fault(const std::string& output, const std::string& line_start) {
+  size_t pos = output.find(line_start);
+  if (pos == std::string::npos) return 1e9;
+  size_t at = output.find(" at ", pos);
+  long long fault_ms = std::atoll(output.c_str() + at + 4);
+  long long now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                         std::chrono::system_clock::now().time_since_epoch())
+                         .count();
+  return (now_ms - fault_ms) / 1e3;
+}
+
 TEST(LauncherFaults, AllReduceJobSucceeds) {
   std::string m = unique_marker("allreduce");
   auto r = run_command("TESSERA_TIMEOUT=10 " + launch("-n 2", m, "allreduce 20"), 60);
@@ -51,11 +67,12 @@ TEST(LauncherFaults, RankKilledMidCollectiveEndsTheJob) {
   EXPECT_NE(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("[rank 1] killing myself during all_reduce #6"), std::string::npos)
       << r.output;
+  double reaction = seconds_since_fault(r.output, "[rank 1] killing myself");
   EXPECT_NE(r.output.find("first failure: rank 1 (local rank 1"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("was killed by SIGKILL"), std::string::npos) << r.output;
-  EXPECT_LT(r.seconds, 2 * 3.0 + 3.0) << r.output;
+  EXPECT_LT(reaction, 2 * 3.0) << r.output;
   EXPECT_EQ(wait_for_no_processes(m, 2), 0) << "a worker outlived the job";
-  std::printf("job with a rank SIGKILLed mid-collective ended in %.2f s\n", r.seconds);
+  std::printf("job with a rank SIGKILLed mid-collective ended %.2f s after the kill\n", reaction);
 }
 
 TEST(LauncherFaults, StalledRankTimesOutAndIsNamed) {
@@ -65,16 +82,19 @@ TEST(LauncherFaults, StalledRankTimesOutAndIsNamed) {
   EXPECT_NE(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("[rank 2] stalling before all_reduce #6"), std::string::npos)
       << r.output;
+  double reaction = seconds_since_fault(r.output, "[rank 2] stalling");
   // A survivor fails first with a timeout that names the rank it waited for.
   EXPECT_NE(r.output.find("first failure: rank "), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("rank 2 was killed by SIGTERM (stopped by the launcher)"),
             std::string::npos)
       << r.output;
+  // The first failing rank's last lines, shown in the summary, name the stalled rank.
   std::string summary = r.output.substr(r.output.find("job failed"));
-  EXPECT_NE(summary.find("2"), std::string::npos) << summary;
-  EXPECT_LT(r.seconds, 2 * timeout + 2.0) << r.output;
+  EXPECT_NE(summary.find("rank 2 has not joined #6"), std::string::npos) << summary;
+  EXPECT_LT(reaction, 2 * timeout) << r.output;
   EXPECT_EQ(wait_for_no_processes(m, 2), 0) << "a worker outlived the job";
-  std::printf("job with a stalled rank (TESSERA_TIMEOUT=3) ended in %.2f s\n", r.seconds);
+  std::printf("job with a stalled rank (TESSERA_TIMEOUT=3) ended %.2f s after the stall\n",
+              reaction);
 }
 
 }  // namespace
