@@ -14,6 +14,7 @@
 
 #include "tessera/cli/commands/bench_sweep.h"
 #include "tessera/cli/commands/command.h"
+#include "tessera/cli/commands/parse_args.h"
 #include "tessera/comm/backend_registry.h"
 #include "tessera/comm/init.h"
 #include "tessera/core/check.h"
@@ -51,16 +52,7 @@ bool parse_flags(const Args& args, BenchFlags& f) {
   app.add_flag("--check,!--no-check", f.check, "verify every result (default on)");
   app.add_flag("--compare", f.compare, "measure every backend of this build side by side");
   app.add_option("--json", f.json, "also write the rows to this JSON file (rank 0)");
-  std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 parses back to front
-  try {
-    app.parse(reversed);
-  } catch (const CLI::CallForHelp&) {
-    std::printf("%s", app.help().c_str());
-    return false;
-  } catch (const CLI::ParseError& e) {
-    TS_THROW(ConfigError, e.what(), "; run 'tessera bench --help'");
-  }
-  return true;
+  return parse_args(app, args, "tessera bench");
 }
 
 // The groups to measure: the default one, or one per backend with --compare.

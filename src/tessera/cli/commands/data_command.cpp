@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "tessera/cli/commands/command.h"
+#include "tessera/cli/commands/parse_args.h"
 #include "tessera/core/check.h"
 #include "tessera/data/text_to_tokens.h"
 
@@ -22,15 +23,7 @@ int prepare(const Args& args) {
   app.add_option("--val-fraction", opts.val_fraction,
                  "fraction of the bytes (the tail) written to --val-output");
   app.add_option("--val-output", opts.val_output, "validation token file to write (.bin)");
-  std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 parses back to front
-  try {
-    app.parse(reversed);
-  } catch (const CLI::CallForHelp&) {
-    std::printf("%s", app.help().c_str());
-    return 0;
-  } catch (const CLI::ParseError& e) {
-    TS_THROW(ConfigError, e.what(), "; run 'tessera data prepare --help'");
-  }
+  if (!parse_args(app, args, "tessera data prepare")) return 0;
   data::PrepareResult r = data::prepare_token_files(opts);
   std::printf("read %lld file(s) from %s\nwrote %lld tokens to %s\n",
               static_cast<long long>(r.files_read), opts.input.c_str(),

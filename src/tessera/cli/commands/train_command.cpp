@@ -20,6 +20,7 @@
 #include <fstream>
 
 #include "tessera/cli/commands/command.h"
+#include "tessera/cli/commands/parse_args.h"
 #include "tessera/cli/commands/train_data.h"
 #include "tessera/cli/commands/train_settings.h"
 #include "tessera/comm/init.h"
@@ -48,15 +49,7 @@ bool parse_flags(const Args& args, TrainFlags& f) {
   app.add_flag("--resume", f.resume, "continue from OUT/latest if it exists");
   app.add_option("--steps", f.steps, "override train.steps");
   app.add_option("--out", f.out, "override train.out_dir");
-  std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 parses back to front
-  try {
-    app.parse(reversed);
-  } catch (const CLI::CallForHelp&) {
-    std::printf("%s", app.help().c_str());
-    return false;
-  } catch (const CLI::ParseError& e) {
-    TS_THROW(ConfigError, e.what(), "; run 'tessera train --help'");
-  }
+  if (!parse_args(app, args, "tessera train")) return false;
   TS_CHECK_T(ConfigError, f.steps >= 0, "--steps must be positive, got ", f.steps);
   return true;
 }
