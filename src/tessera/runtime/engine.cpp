@@ -70,8 +70,12 @@ double Engine::clip_gradients() {
   // local norm is the global norm: no extra collective.
   at::NoGradGuard no_grad;
   std::vector<at::Tensor> grads;
-  for (auto& p : optimizer_->parameters()) {
-    if (p.grad().defined()) grads.push_back(p.grad());
+  // param_groups(), not the deprecated Optimizer::parameters(), which logs a
+  // warning on every call in LibTorch 1.13.
+  for (auto& group : optimizer_->param_groups()) {
+    for (auto& p : group.params()) {
+      if (p.grad().defined()) grads.push_back(p.grad());
+    }
   }
   if (grads.empty()) return 0.0;
   at::Tensor sq = at::zeros({}, grads[0].options().dtype(at::kDouble));
