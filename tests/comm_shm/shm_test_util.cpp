@@ -3,10 +3,8 @@
 #include <dirent.h>
 
 #include <exception>
-#include <mutex>
-#include <thread>
 
-#include "tessera/comm/base/memory_store.h"
+#include "testing/thread_ranks.h"
 
 namespace tessera::comm::testing {
 
@@ -18,28 +16,9 @@ ShmOptions small_options() {
   return o;
 }
 
-void run_thread_ranks(int size, const std::function<void(int, int, std::shared_ptr<Store>)>& body) {
-  std::shared_ptr<Store> store = std::make_shared<MemoryStore>();
-  std::mutex mu;
-  std::exception_ptr first;
-  std::vector<std::thread> threads;
-  for (int r = 0; r < size; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        body(r, size, store);
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(mu);
-        if (!first) first = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  if (first) std::rethrow_exception(first);
-}
-
 void run_shm_ranks(int size, const ShmOptions& options,
                    const std::function<void(ShmBackend&)>& body, double timeout_s) {
-  run_thread_ranks(size, [&](int r, int, std::shared_ptr<Store> store) {
+  tessera::testing::run_ranks(size, [&](int r, int, std::shared_ptr<Store> store) {
     BackendContext ctx;
     ctx.store = store;
     ctx.rank = r;

@@ -1,6 +1,6 @@
-// Helpers for the shm backend tests: ranks as threads over a MemoryStore, test
-// data that every rank can recompute, the reference reduction, and the check
-// that a test left nothing in /dev/shm.
+// Helpers for the shm backend tests (ranks as threads come from
+// testing/thread_ranks.h): test data that every rank can recompute, the
+// reference reduction, and the check that a test left nothing in /dev/shm.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -19,10 +19,6 @@ namespace tessera::comm::testing {
 // Small slots and rings so modest sizes already take many chunks and wrap rings.
 // slot_bytes is a multiple of 64 * {1, 2, 3, 4}.
 ShmOptions small_options();
-
-// Runs body(rank, size, store) on `size` threads sharing one MemoryStore;
-// rethrows the first exception after every thread joined.
-void run_thread_ranks(int size, const std::function<void(int, int, std::shared_ptr<Store>)>& body);
 
 // Runs body(backend) on `size` threads, one ShmBackend each (one shared store);
 // rethrows the first exception after every thread joined.

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "comm_shm/shm_test_util.h"
+#include "testing/thread_ranks.h"
 #include "tessera/comm/backend_registry.h"
 #include "tessera/comm/base/tcp_store.h"
 #include "tessera/comm/hierarchical/hierarchical_backend.h"
@@ -23,7 +24,7 @@ namespace {
 
 using testing::rank_data;
 using testing::reference_reduce;
-using testing::run_thread_ranks;
+using tessera::testing::run_ranks;
 
 std::shared_ptr<ProcessGroup> group(int rank, int size, std::shared_ptr<Store> store,
                                     const std::string& backend) {
@@ -36,7 +37,7 @@ std::shared_ptr<ProcessGroup> group(int rank, int size, std::shared_ptr<Store> s
 }
 
 TEST(ShmGroup, AutoPicksShmOnOneHostAndCollectivesWork) {
-  run_thread_ranks(3, [](int rank, int size, std::shared_ptr<Store> store) {
+  run_ranks(3, [](int rank, int size, std::shared_ptr<Store> store) {
     auto pg = group(rank, size, store, "auto");
     EXPECT_EQ(pg->backend_name(), "shm");
     std::vector<at::Tensor> inputs;
@@ -72,7 +73,7 @@ TEST(ShmGroup, AutoPicksShmOnOneHostAndCollectivesWork) {
 // Four threads on two emulated hosts of two ranks: the composed path.
 void check_hierarchical(const std::vector<int>& hosts, bool expect_composed) {
   int size = static_cast<int>(hosts.size());
-  run_thread_ranks(size, [&](int rank, int, std::shared_ptr<Store> store) {
+  run_ranks(size, [&](int rank, int, std::shared_ptr<Store> store) {
     BackendContext ctx;
     ctx.store = store;
     ctx.rank = rank;

@@ -24,6 +24,16 @@ void write_back(const at::Tensor& user, const at::Tensor& flat_result) {
   }
 }
 
+// AVG for a backend without it: the SUM divided by the group size, truncating
+// for integers as integer division does.
+void divide_in_place(at::Tensor& t, int size) {
+  if (at::isIntegralType(t.scalar_type(), /*includeBool=*/false)) {
+    t.div_(size, "trunc");
+  } else {
+    t.div_(size);
+  }
+}
+
 void check_dense(const at::Tensor& t, const char* op, const char* what) {
   TS_CHECK_T(ConfigError, t.defined(), op, ": ", what, " is an undefined tensor");
   TS_CHECK_T(ConfigError, t.layout() == at::kStrided, op, ": ", what,
@@ -85,13 +95,7 @@ WorkHandle ProcessGroup::all_reduce(at::Tensor tensor, ReduceOp op) {
     bool divide = op == ReduceOp::kAvg && !backend->supports_avg();
     at::Tensor buf = upcast ? data.to(at::kFloat) : data;
     backend->all_reduce(buf, divide ? ReduceOp::kSum : op);
-    if (divide) {
-      if (at::isIntegralType(buf.scalar_type(), /*includeBool=*/false)) {
-        buf.div_(size, "trunc");
-      } else {
-        buf.div_(size);
-      }
-    }
+    if (divide) divide_in_place(buf, size);
     if (upcast) data.copy_(buf);
     write_back(tensor, data);
   });
@@ -170,13 +174,7 @@ WorkHandle ProcessGroup::reduce_scatter(at::Tensor output, at::Tensor input, Red
     at::Tensor in_buf = upcast ? in.to(at::kFloat) : in;
     at::Tensor out_buf = upcast ? at::empty({out.numel()}, in_buf.options()) : out;
     backend->reduce_scatter(in_buf, out_buf, counts, divide ? ReduceOp::kSum : op);
-    if (divide) {
-      if (at::isIntegralType(out_buf.scalar_type(), false)) {
-        out_buf.div_(size, "trunc");
-      } else {
-        out_buf.div_(size);
-      }
-    }
+    if (divide) divide_in_place(out_buf, size);
     if (upcast) out.copy_(out_buf);
     write_back(output, out);
   });
