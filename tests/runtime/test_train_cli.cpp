@@ -1,6 +1,7 @@
 // `tessera train` end to end through the real binary: bad configs fail before
 // the first step with a message naming the problem; a 2-rank run through
-// `tessera run` resumed halfway reproduces the straight run's losses.
+// `tessera run` killed with SIGKILL after its step-10 checkpoint and resumed
+// reproduces the straight run's per-step losses, dropout included.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -34,11 +35,11 @@ class TrainCli : public ::testing::Test {
     std::ofstream(path) << R"({
       "train_micro_batch_size_per_gpu": 4, "steps_per_print": 1, "seed": 3,
       "optimizer": {"type": "AdamW", "params": {"lr": 0.01}},
-      "scheduler": {"type": "WarmupCosineLR", "params": {"warmup_num_steps": 2, "total_num_steps": 6}},
-      "model": {"n_layer": 1, "n_head": 2, "n_embd": 32, "block_size": 16},
+      "scheduler": {"type": "WarmupCosineLR", "params": {"warmup_num_steps": 2, "total_num_steps": 20}},
+      "model": {"n_layer": 2, "n_head": 2, "n_embd": 64, "block_size": 32, "dropout": 0.1},
       "data": {"path": ")" << (data_path.empty() ? (dir_ / "corpus.txt").string() : data_path)
                          << R"("},
-      "train": {"steps": 6, "eval_interval": 3, "eval_iters": 2, "checkpoint_interval": 3,
+      "train": {"steps": 20, "eval_interval": 10, "eval_iters": 2, "checkpoint_interval": 10,
                 "sample_length": 20})"
                          << extra << "}";
     return path;
@@ -92,26 +93,75 @@ std::map<int64_t, double> losses(const fs::path& metrics) {
   return out;
 }
 
-TEST_F(TrainCli, TwoRanksResumeReproducesTheStraightRun) {
+TEST_F(TrainCli, TwoRanksKilledAndResumedReproduceTheStraightRun) {
   const std::string cfg = write_config("tiny.json");
+  const std::string bin = tessera_bin();
   auto straight = train("--config " + cfg + " --out " + (dir_ / "a").string(), 2);
   ASSERT_EQ(straight.exit_code, 0) << straight.output;
   EXPECT_NE(straight.output.find("val loss"), std::string::npos) << straight.output;
   EXPECT_NE(straight.output.find("--- sample ---"), std::string::npos) << straight.output;
-  auto first = train("--config " + cfg + " --steps 3 --out " + (dir_ / "b").string(), 2);
-  ASSERT_EQ(first.exit_code, 0) << first.output;
-  auto second = train("--config " + cfg + " --resume --out " + (dir_ / "b").string(), 2);
-  ASSERT_EQ(second.exit_code, 0) << second.output;
-  EXPECT_NE(second.output.find("resumed from"), std::string::npos) << second.output;
+
+  // Same job, SIGKILLed (launcher and, through it, the workers) as soon as the
+  // step-10 checkpoint is committed; training goes on in the meantime.
+  const fs::path b = dir_ / "b";
+  const std::string job = "TESSERA_TIMEOUT=20 " + bin + " run -n 2 " + bin + " train --config " +
+                          cfg + " --out " + b.string();
+  auto killed = run_command(
+      "(" + job + " > " + (dir_ / "killed.log").string() + " 2>&1 & pid=$!; "
+      "for i in $(seq 1 6000); do [ -f " + (b / "step_10" / "manifest.json").string() +
+      " ] && break; sleep 0.01; done; kill -KILL $pid; wait $pid; echo killed)",
+      120);
+  ASSERT_NE(killed.output.find("killed"), std::string::npos) << killed.output;
+  for (int i = 0; i < 100 && count_processes(b.string()) > 0; ++i) ::usleep(50000);
+  ASSERT_EQ(count_processes(b.string()), 0) << "workers outlived the killed launcher";
+  ASSERT_FALSE(fs::exists(b / "step_20")) << "the job finished before the kill; slow it down";
+  const auto before = losses(b / "metrics.jsonl");
+  const int64_t killed_at = before.empty() ? 0 : before.rbegin()->first;
+
+  auto resumed = train("--config " + cfg + " --resume --out " + b.string(), 2);
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("resumed from " + b.string() + "/step_10"), std::string::npos)
+      << resumed.output;
+  // metrics.jsonl is appended to: the resumed run's rows overwrite the killed
+  // run's rows for the steps it repeated.
   auto a = losses(dir_ / "a" / "metrics.jsonl");
-  auto b = losses(dir_ / "b" / "metrics.jsonl");
-  ASSERT_EQ(a.size(), 6u);
-  ASSERT_EQ(b.size(), 6u);
+  auto r = losses(b / "metrics.jsonl");
+  ASSERT_EQ(a.size(), 20u);
+  ASSERT_EQ(r.size(), 20u);
   double worst = 0;
-  for (auto& [step, loss] : a) worst = std::max(worst, std::abs(loss - b[step]));
-  std::printf("[train cli] 2 ranks, 6 straight vs 3 + resume + 3: max |loss diff| %.3g\n", worst);
+  for (auto& [step, loss] : a) worst = std::max(worst, std::abs(loss - r[step]));
+  std::printf("[train cli] 2 ranks, 20 straight vs killed at step %lld + resume from step 10: "
+              "max |loss diff| %.3g (loss %.4f -> %.4f)\n", static_cast<long long>(killed_at),
+              worst, a[1], a[20]);
   EXPECT_LE(worst, 1e-6);
-  EXPECT_TRUE(fs::exists(dir_ / "b" / "latest"));
+  EXPECT_LT(a[20], a[1]);
+  EXPECT_TRUE(fs::exists(b / "latest"));
+  EXPECT_TRUE(fs::exists(b / "step_20" / "manifest.json"));
+}
+
+TEST_F(TrainCli, CorruptedCheckpointIsRefusedAndThePreviousOneResumes) {
+  const std::string cfg = write_config("tiny.json");
+  const fs::path out = dir_ / "c";
+  auto first = train("--config " + cfg + " --out " + out.string(), 1);
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  ASSERT_TRUE(fs::exists(out / "step_10" / "manifest.json"));
+  ASSERT_TRUE(fs::exists(out / "step_20" / "replicated.tsr"));
+  // Flip one byte in the newest checkpoint's weights.
+  {
+    std::fstream f(out / "step_20" / "replicated.tsr", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-7, std::ios::end);
+    char c = 0;
+    f.read(&c, 1);
+    f.seekp(-7, std::ios::end);
+    c = static_cast<char>(c ^ 0x5a);
+    f.write(&c, 1);
+  }
+  auto resumed = train("--config " + cfg + " --steps 22 --resume --out " + out.string(), 1);
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("replicated.tsr"), std::string::npos)
+      << "the skipped file is not named:\n" << resumed.output;
+  EXPECT_NE(resumed.output.find("resumed from " + out.string() + "/step_10"), std::string::npos)
+      << resumed.output;
 }
 
 }  // namespace

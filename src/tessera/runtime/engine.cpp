@@ -3,9 +3,11 @@
 #include <ATen/ATen.h>
 
 #include <cmath>
+#include <cstdio>
 
 #include "tessera/comm/init.h"
 #include "tessera/core/check.h"
+#include "tessera/core/logging.h"
 #include "tessera/runtime/optimizer_factory.h"
 
 namespace tessera::runtime {
@@ -20,10 +22,12 @@ ddp::DdpOptions ddp_options(const DataParallelConfig& c) {
   return o;
 }
 
-std::vector<at::Tensor> trainable(torch::nn::Module& m) {
-  std::vector<at::Tensor> out;
-  for (auto& p : m.parameters(true)) {
-    if (p.requires_grad()) out.push_back(p);
+NamedParams trainable(torch::nn::Module& m) {
+  NamedParams out;
+  for (auto& p : m.named_parameters(true)) {
+    if (!p.value().requires_grad()) continue;
+    out.names.push_back(p.key());
+    out.params.push_back(p.value());
   }
   return out;
 }
@@ -43,7 +47,8 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, Config config,
   TS_CHECK_T(ConfigError, group_ != nullptr, "tessera::Engine needs a process group");
   ddp_ = std::make_unique<ddp::DistributedDataParallel>(std::move(module), group_,
                                                         ddp_options(config_.data_parallel));
-  optimizer_ = make_optimizer(config_.optimizer, trainable(ddp_->module()));
+  trainable_ = trainable(ddp_->module());
+  optimizer_ = make_optimizer(config_.optimizer, trainable_.params);
   set_learning_rate(*optimizer_, lr());
 }
 
@@ -55,13 +60,20 @@ void Engine::backward(const at::Tensor& loss) {
   const int64_t ga = config_.gradient_accumulation_steps;
   // Scaling the loss (not the gradients) keeps the accumulated sum an average.
   const at::Tensor scaled = ga > 1 ? loss / static_cast<double>(ga) : loss;
+  const auto start = Clock::now();
   if (!is_gradient_accumulation_boundary()) {
     auto guard = ddp_->no_sync();
     scaled.backward();
   } else {
     ddp_->prepare_for_backward(scaled);
     scaled.backward();
+    if (config_.wall_clock_breakdown) {
+      const auto& t = ddp_->reducer().last_timings();
+      window_.allreduce_wait_ms +=
+          std::chrono::duration<double, std::milli>(t.reduced - t.backward_end).count();
+    }
   }
+  if (config_.wall_clock_breakdown) window_.backward_ms += ms_since(start);
   ++micro_steps_;
 }
 
@@ -91,6 +103,7 @@ double Engine::clip_gradients() {
 
 bool Engine::step() {
   if (micro_steps_ == 0 || micro_steps_ % config_.gradient_accumulation_steps != 0) return false;
+  const auto start = Clock::now();
   last_grad_norm_ = clip_gradients();
   set_learning_rate(*optimizer_, lr());
   optimizer_->step();
@@ -99,7 +112,30 @@ bool Engine::step() {
   ++global_steps_;
   ddp_->sync_buffers();
   set_learning_rate(*optimizer_, lr());
+  if (config_.wall_clock_breakdown) {
+    window_.step_ms += ms_since(start);
+    ++window_.steps;
+    if (global_steps_ % config_.steps_per_print == 0) close_breakdown_window();
+  }
   return true;
+}
+
+void Engine::close_breakdown_window() {
+  const double n = static_cast<double>(window_.steps);
+  breakdown_ = window_;
+  breakdown_.forward_ms /= n;
+  breakdown_.backward_ms /= n;
+  breakdown_.allreduce_wait_ms /= n;
+  breakdown_.step_ms /= n;
+  window_ = WallClockBreakdown{};
+  if (group_->rank() != 0) return;
+  char line[200];
+  std::snprintf(line, sizeof(line),
+                "time per step (ms, mean of %lld): forward %.2f | backward %.2f (all-reduce "
+                "wait %.2f) | optimizer step %.2f",
+                static_cast<long long>(breakdown_.steps), breakdown_.forward_ms,
+                breakdown_.backward_ms, breakdown_.allreduce_wait_ms, breakdown_.step_ms);
+  TS_LOG(INFO) << "step " << global_steps_ << " " << line;
 }
 
 }  // namespace tessera::runtime

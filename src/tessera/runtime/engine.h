@@ -2,7 +2,7 @@
 //
 //   auto engine = tessera::initialize(model, tessera::Config::from_file("ds.json"));
 //   for (...) {
-//     auto loss = loss_fn(model->forward(x), y);
+//     auto loss = loss_fn(engine.forward(x), y);   // or model->forward(x)
 //     engine.backward(loss);   // scaled by 1/accumulation; no_sync off-boundary
 //     engine.step();           // optimizer + scheduler only at the boundary
 //   }
@@ -11,6 +11,9 @@
 // schedule from the config, clips gradients by their global L2 norm, and saves
 // and loads checkpoints (model, optimizer state, scheduler position, step
 // counters, every rank's RNG state, plus a caller's JSON "client state").
+// With "wall_clock_breakdown": true it times forward, backward (and the part of
+// it spent waiting for gradient all-reduces) and the optimizer step, and rank 0
+// logs the per-step averages every steps_per_print steps.
 //
 // Ownership: shares the module and the group; owns the DDP wrapper and optimizer.
 // Movable, not copyable. Thread safety: none; one engine per rank, used from the
@@ -20,15 +23,32 @@
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
 
+#include <torch/nn/modules/container/any.h>
+
+#include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
+#include <type_traits>
 
 #include "tessera/comm/process_group.h"
+#include "tessera/core/check.h"
 #include "tessera/runtime/config.h"
 #include "tessera/runtime/ddp/distributed_data_parallel.h"
 #include "tessera/runtime/lr_schedules.h"
+#include "tessera/runtime/optimizer_state.h"
 
 namespace tessera::runtime {
+
+// Per-step averages (milliseconds) over the last steps_per_print window, filled
+// when wall_clock_breakdown is on.
+struct WallClockBreakdown {
+  int64_t steps = 0;             // optimizer steps in the window
+  double forward_ms = 0;         // engine.forward() calls (0 if the model is called directly)
+  double backward_ms = 0;        // engine.backward(), all-reduce waits included
+  double allreduce_wait_ms = 0;  // of backward: waiting for buckets after autograd ended
+  double step_ms = 0;            // clipping + optimizer step + zero_grad
+};
 
 class Engine {
  public:
@@ -37,6 +57,22 @@ class Engine {
          std::shared_ptr<comm::ProcessGroup> group);
   Engine(Engine&&) = default;
   Engine& operator=(Engine&&) = default;
+
+  // Calls the wrapped module's forward (timed for wall_clock_breakdown). Needs an
+  // engine built by initialize() from a module holder whose forward is not
+  // overloaded; otherwise a ConfigError (call the module directly instead).
+  template <typename Return = at::Tensor, typename... Args>
+  Return forward(Args&&... args) {
+    TS_CHECK_T(ConfigError, forward_module_.has_value(),
+               "Engine::forward needs the engine to be built with tessera::initialize(holder) "
+               "from a module holder with one forward(); call the module's forward directly");
+    const auto start = Clock::now();
+    Return out = forward_module_->forward<Return>(std::forward<Args>(args)...);
+    if (config_.wall_clock_breakdown) window_.forward_ms += ms_since(start);
+    return out;
+  }
+  // Gives the engine the module's forward (done by initialize() for holders).
+  void set_forward(torch::nn::AnyModule forward_module) { forward_module_ = std::move(forward_module); }
 
   // Backward of loss / gradient_accumulation_steps. Off the accumulation boundary
   // gradients only accumulate locally; on it they are averaged across ranks.
@@ -55,14 +91,27 @@ class Engine {
   // Global gradient L2 norm before clipping, measured at the last step (0 before).
   double last_grad_norm() const { return last_grad_norm_; }
 
-  // Collective. Writes `dir` (created if needed): rank 0 writes the model,
-  // optimizer and state JSON (last, so a directory with state.json is complete);
-  // every rank writes its RNG state. CheckpointError on I/O failure.
-  void save_checkpoint(const std::string& dir,
-                       const nlohmann::json& client_state = nlohmann::json::object());
-  // Collective. Restores what save_checkpoint wrote and returns the client state.
-  // CheckpointError if the directory is missing or incomplete or the model differs.
+  // Collective. Saves this step as dir/step_<global_steps()> in the layout of
+  // checkpoint/checkpoint_writer.h: rank 0 writes the model and optimizer state,
+  // every rank its RNG state, the manifest (checksums, counters, schedule,
+  // `client_state` of rank 0) is written last and dir/latest is then replaced
+  // atomically. keep_last > 0 deletes older steps beyond the newest keep_last.
+  // Returns the step directory. CheckpointError on every rank if any rank failed;
+  // the previous checkpoint stays the latest.
+  std::string save_checkpoint(const std::string& dir,
+                              const nlohmann::json& client_state = nlohmann::json::object(),
+                              int keep_last = 0);
+  // Collective. `dir` is a checkpoint root (the newest step that verifies is
+  // loaded, see checkpoint::latest_checkpoint) or one step directory. Restores
+  // parameters and buffers (copied into the existing tensors), optimizer state,
+  // step counters (hence the lr) and this rank's RNG; returns the client state.
+  // Everything is verified on every rank before anything changes: a missing,
+  // partial or corrupted checkpoint, another model or another optimizer type is
+  // a CheckpointError on every rank naming the problem, with the engine intact.
   nlohmann::json load_checkpoint(const std::string& dir);
+
+  // The last completed wall_clock_breakdown window (steps == 0 before one ends).
+  const WallClockBreakdown& wall_clock_breakdown() const { return breakdown_; }
 
   torch::nn::Module& module() { return ddp_->module(); }
   ddp::DistributedDataParallel& ddp() { return *ddp_; }
@@ -71,13 +120,22 @@ class Engine {
   const Config& config() const { return config_; }
 
  private:
+  using Clock = std::chrono::steady_clock;
+  static double ms_since(Clock::time_point start) {
+    return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+  }
   double clip_gradients();
+  void close_breakdown_window();
 
   Config config_;
   std::shared_ptr<comm::ProcessGroup> group_;
   std::unique_ptr<ddp::DistributedDataParallel> ddp_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  NamedParams trainable_;  // what the optimizer steps, with module names
+  std::optional<torch::nn::AnyModule> forward_module_;
   LrSchedule schedule_;
+  WallClockBreakdown window_;     // accumulating (sums)
+  WallClockBreakdown breakdown_;  // last completed window (averages)
   int64_t global_steps_ = 0;
   int64_t micro_steps_ = 0;
   double last_grad_norm_ = 0.0;
@@ -93,11 +151,23 @@ using Engine = runtime::Engine;
 Engine initialize(std::shared_ptr<torch::nn::Module> module, Config config,
                   std::shared_ptr<comm::ProcessGroup> group = nullptr);
 
-// Convenience for module holders: tessera::initialize(MyNet(...), cfg).
+namespace detail {
+template <typename M, typename = void>
+struct has_single_forward : std::false_type {};
+template <typename M>
+struct has_single_forward<M, std::void_t<decltype(&M::forward)>> : std::true_type {};
+}  // namespace detail
+
+// For module holders: tessera::initialize(MyNet(...), cfg). When the module has
+// exactly one forward(), engine.forward(...) calls it.
 template <typename Holder, typename = decltype(std::declval<Holder>().ptr())>
 Engine initialize(const Holder& module, Config config,
                   std::shared_ptr<comm::ProcessGroup> group = nullptr) {
-  return initialize(std::static_pointer_cast<torch::nn::Module>(module.ptr()), std::move(config),
-                    std::move(group));
+  Engine engine = initialize(std::static_pointer_cast<torch::nn::Module>(module.ptr()),
+                             std::move(config), std::move(group));
+  if constexpr (detail::has_single_forward<typename Holder::ContainedType>::value) {
+    engine.set_forward(torch::nn::AnyModule(module));
+  }
+  return engine;
 }
 }  // namespace tessera

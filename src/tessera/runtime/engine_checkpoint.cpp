@@ -1,28 +1,36 @@
-// Engine::save_checkpoint / load_checkpoint: a minimal single-directory format.
-//   model.pt      rank 0: parameters and buffers (torch::serialize archive)
-//   optimizer.pt  rank 0: optimizer state
-//   rng_rank<r>.pt every rank: its CPU generator state
-//   state.json    rank 0, written last (atomic rename): counters, client state
+// Engine::save_checkpoint / load_checkpoint over the checkpoint module
+// (checkpoint_writer.h): one step directory per save, a manifest with checksums
+// written last, `latest` replaced atomically.
+//   replicated.tsr  rank 0: "model.<name>" parameters and buffers,
+//                   "optim.<name>.<field>" optimizer state (optimizer_state.h)
+//   rank_<r>.tsr    every rank: "rng.cpu", its CPU generator state
+//   manifest        metadata: counters, optimizer and schedule types, client state
+// Parameters are restored by copy into the existing tensors, so the DDP gradient
+// buckets, the optimizer and any user references keep pointing at them.
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
-#include <torch/serialize.h>
 
 #include <filesystem>
-#include <fstream>
+#include <unordered_map>
 
+#include "tessera/checkpoint/checkpoint_reader.h"
+#include "tessera/checkpoint/checkpoint_writer.h"
+#include "tessera/checkpoint/group_coordinator.h"
+#include "tessera/checkpoint/module_state.h"
 #include "tessera/core/check.h"
+#include "tessera/core/logging.h"
 #include "tessera/runtime/engine.h"
 #include "tessera/runtime/optimizer_factory.h"
+#include "tessera/runtime/optimizer_state.h"
 
 namespace tessera::runtime {
 namespace {
 
 namespace fs = std::filesystem;
-constexpr int kFormatVersion = 1;
-
-std::string rng_file(const std::string& dir, int rank) {
-  return dir + "/rng_rank" + std::to_string(rank) + ".pt";
-}
+using nlohmann::json;
+constexpr int kFormatVersion = 2;
+constexpr const char* kModelPrefix = "model.";
+constexpr const char* kRngName = "rng.cpu";
 
 at::Tensor rng_state() {
   auto gen = at::detail::getDefaultCPUGenerator();
@@ -36,89 +44,128 @@ void set_rng_state(const at::Tensor& state) {
   gen.set_state(state);
 }
 
-}  // namespace
-
-void Engine::save_checkpoint(const std::string& dir, const nlohmann::json& client_state) {
-  const int rank = group_->rank();
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  TS_CHECK_T(CheckpointError, !ec, "cannot create checkpoint directory '", dir, "': ",
-             ec.message());
-  try {
-    if (rank == 0) {
-      fs::remove(dir + "/state.json", ec);  // incomplete until rewritten below
-      torch::serialize::OutputArchive model_archive;
-      module().save(model_archive);
-      model_archive.save_to(dir + "/model.pt");
-      torch::serialize::OutputArchive opt_archive;
-      optimizer_->save(opt_archive);
-      opt_archive.save_to(dir + "/optimizer.pt");
-    }
-    torch::serialize::OutputArchive rng_archive;
-    rng_archive.write("cpu", rng_state());
-    rng_archive.save_to(rng_file(dir, rank));
-  } catch (const c10::Error& e) {
-    TS_THROW(CheckpointError, "writing checkpoint '", dir, "' failed: ",
-             e.what_without_backtrace());
-  }
-  group_->barrier()->wait();
-  if (rank == 0) {
-    nlohmann::json state = {{"format", kFormatVersion},
-                            {"global_steps", global_steps_},
-                            {"micro_steps", micro_steps_},
-                            {"world_size", group_->size()},
-                            {"scheduler", config_.scheduler.type},
-                            {"client_state", client_state}};
-    const std::string tmp = dir + "/state.json.tmp";
-    {
-      std::ofstream out(tmp);
-      out << state.dump(2) << "\n";
-      TS_CHECK_T(CheckpointError, out.good(), "cannot write '", tmp, "': disk full?");
-    }
-    fs::rename(tmp, dir + "/state.json", ec);
-    TS_CHECK_T(CheckpointError, !ec, "cannot commit checkpoint '", dir, "': ", ec.message());
-  }
-  group_->barrier()->wait();
+// The step directory to load: `dir` itself when it holds a manifest, else the
+// newest verified step under it.
+std::string resolve_step_dir(const std::string& dir) {
+  if (fs::exists(fs::path(dir) / "manifest.json")) return dir;
+  TS_CHECK_T(CheckpointError, fs::is_directory(dir), "checkpoint directory '", dir,
+             "' does not exist");
+  auto latest = checkpoint::latest_checkpoint(dir);
+  TS_CHECK_T(CheckpointError, latest.has_value(), "no complete checkpoint in '", dir,
+             "' (no step directory with a valid manifest); start without resuming");
+  return *latest;
 }
 
-nlohmann::json Engine::load_checkpoint(const std::string& dir) {
-  const std::string state_path = dir + "/state.json";
-  TS_CHECK_T(CheckpointError, fs::exists(state_path), "checkpoint '", dir,
-             "' is missing or incomplete (no state.json); pick a completed checkpoint");
-  nlohmann::json state;
-  try {
-    std::ifstream in(state_path);
-    state = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    TS_THROW(CheckpointError, "checkpoint '", dir, "': state.json is corrupt: ", e.what());
+// Every tensor load_module_state and load_optimizer_state will need exists with
+// its parameter's shape; CheckpointError naming the first that does not.
+void check_shapes(torch::nn::Module& module, const NamedParams& trainable,
+                  const checkpoint::NamedTensors& tensors) {
+  std::unordered_map<std::string, const at::Tensor*> by_name;
+  for (const auto& t : tensors) by_name.emplace(t.first, &t.second);
+  auto expect = [&](const std::string& name, const at::Tensor& like) {
+    auto it = by_name.find(name);
+    TS_CHECK_T(CheckpointError, it != by_name.end(), "checkpoint has no tensor '", name,
+               "' that the model needs; was it saved from a different model?");
+    TS_CHECK_T(CheckpointError, it->second->sizes() == like.sizes(), "tensor '", name,
+               "' has shape ", it->second->sizes(), " in the checkpoint but ", like.sizes(),
+               " in the model; check the model config");
+  };
+  for (const auto& p : module.named_parameters(true)) expect(kModelPrefix + p.key(), p.value());
+  for (const auto& b : module.named_buffers(true)) expect(kModelPrefix + b.key(), b.value());
+  for (size_t i = 0; i < trainable.names.size(); ++i) {
+    const std::string base = std::string("optim.") + trainable.names[i] + ".";
+    for (const auto& t : tensors) {
+      if (t.first.rfind(base, 0) != 0 || t.first == base + "step") continue;
+      if (t.first.find('.', base.size()) != std::string::npos) continue;  // a deeper name
+      expect(t.first, trainable.params[i]);
+    }
   }
+}
+
+}  // namespace
+
+std::string Engine::save_checkpoint(const std::string& dir, const json& client_state,
+                                    int keep_last) {
+  checkpoint::CheckpointState state;
+  if (group_->rank() == 0) {
+    state.replicated = checkpoint::module_state(module(), kModelPrefix);
+    auto opt = optimizer_state(*optimizer_, trainable_);
+    state.replicated.insert(state.replicated.end(), opt.begin(), opt.end());
+  }
+  state.per_rank.emplace_back(kRngName, rng_state());
+  state.metadata = {{"format", kFormatVersion},
+                    {"global_steps", global_steps_},
+                    {"micro_steps", micro_steps_},
+                    {"world_size", group_->size()},
+                    {"optimizer", config_.optimizer.type},
+                    {"scheduler", config_.scheduler.type},
+                    {"client_state", client_state}};
+  checkpoint::CheckpointWriterOptions options;
+  options.keep_last = keep_last;
+  checkpoint::CheckpointWriter writer(dir, checkpoint::make_group_coordinator(group_), options);
+  return writer.save(global_steps_, state);
+}
+
+json Engine::load_checkpoint(const std::string& dir) {
+  auto coordinator = checkpoint::make_group_coordinator(group_);
+  // Rank 0 picks the step, so every rank loads the same one even if a save by
+  // another job lands in between.
+  std::string chosen;
+  std::string error;
   try {
-    torch::serialize::InputArchive model_archive;
-    model_archive.load_from(dir + "/model.pt");
-    {
-      at::NoGradGuard no_grad;
-      module().load(model_archive);
+    if (group_->rank() == 0) chosen = resolve_step_dir(dir);
+  } catch (const CheckpointError& e) {
+    error = e.what_without_backtrace();
+  }
+  chosen = coordinator->all_gather(error.empty() ? "ok:" + chosen : "error:" + error)[0];
+  if (chosen.rfind("error:", 0) == 0) throw CheckpointError(chosen.substr(6));
+  chosen = chosen.substr(3);
+
+  // Phase 1, on every rank: verify checksums, read, check every name and shape.
+  // Nothing is changed yet, so a failure on any rank leaves every engine intact.
+  json metadata;
+  checkpoint::NamedTensors replicated;
+  at::Tensor rng;
+  try {
+    auto reader = checkpoint::CheckpointReader::open(chosen);
+    metadata = reader.metadata();
+    TS_CHECK_T(CheckpointError, metadata.value("format", 0) == kFormatVersion, "checkpoint '",
+               chosen, "' has format ", metadata.value("format", 0), ", this build reads ",
+               kFormatVersion);
+    const std::string saved_opt = metadata.value("optimizer", "");
+    TS_CHECK_T(CheckpointError, saved_opt == config_.optimizer.type, "checkpoint '", chosen,
+               "' holds state of optimizer ", saved_opt, " but the config asks for ",
+               config_.optimizer.type, "; use the config it was trained with");
+    replicated = reader.replicated();
+    check_shapes(module(), trainable_, replicated);
+    const int rank = group_->rank();
+    if (rank < reader.world_size()) {
+      rng = checkpoint::find_tensor(reader.per_rank(rank), kRngName);
+    } else {
+      TS_LOG(WARN) << "checkpoint " << chosen << " was saved by " << reader.world_size()
+                   << " ranks; rank " << rank << " keeps its own RNG state";
     }
-    torch::serialize::InputArchive opt_archive;
-    opt_archive.load_from(dir + "/optimizer.pt");
-    optimizer_->load(opt_archive);
-    const std::string rng = rng_file(dir, group_->rank());
-    if (fs::exists(rng)) {
-      torch::serialize::InputArchive rng_archive;
-      rng_archive.load_from(rng);
-      at::Tensor s;
-      rng_archive.read("cpu", s);
-      set_rng_state(s);
-    }
+    error.clear();
+  } catch (const Error& e) {
+    error = e.what_without_backtrace();
   } catch (const c10::Error& e) {
-    TS_THROW(CheckpointError, "loading checkpoint '", dir, "' failed (does it belong to this "
-             "model?): ", e.what_without_backtrace());
+    error = e.what_without_backtrace();
   }
-  global_steps_ = state.value("global_steps", int64_t{0});
-  micro_steps_ = state.value("micro_steps", int64_t{0});
+  auto reports = coordinator->all_gather(error);
+  std::string failed;
+  for (size_t r = 0; r < reports.size(); ++r) {
+    if (!reports[r].empty()) failed += "\n  rank " + std::to_string(r) + ": " + reports[r];
+  }
+  TS_CHECK_T(CheckpointError, failed.empty(), "cannot load checkpoint '", chosen,
+             "' (nothing was changed):", failed);
+  // Phase 2: copy in place; only the checks above could fail.
+  checkpoint::load_module_state(module(), replicated, kModelPrefix);
+  load_optimizer_state(*optimizer_, trainable_, replicated);
+  if (rng.defined()) set_rng_state(rng);
+  global_steps_ = metadata.value("global_steps", int64_t{0});
+  micro_steps_ = metadata.value("micro_steps", int64_t{0});
   set_learning_rate(*optimizer_, lr());
-  group_->barrier()->wait();
-  return state.value("client_state", nlohmann::json::object());
+  return metadata.value("client_state", json::object());
 }
 
 }  // namespace tessera::runtime

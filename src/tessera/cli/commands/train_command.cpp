@@ -4,7 +4,8 @@
 // Rank 0 prints a progress line (step, loss, lr, tokens/s, ETA), evaluates on the
 // held-out split every train.eval_interval steps, appends metrics as JSON lines,
 // checkpoints every train.checkpoint_interval steps and at the end (out_dir/
-// step_<N>, with out_dir/latest naming the newest complete one), and prints a
+// step_<N> in the checkpoint module's layout, out_dir/latest naming the newest
+// complete one, the two newest kept), and prints a
 // generated text sample at the end. --resume continues from out_dir/latest:
 // model, optimizer, schedule, step, RNG and the sampler's position.
 // Every config problem (unknown key, batch arithmetic, missing data, bad sizes)
@@ -23,6 +24,7 @@
 #include "tessera/cli/commands/parse_args.h"
 #include "tessera/cli/commands/train_data.h"
 #include "tessera/cli/commands/train_settings.h"
+#include "tessera/checkpoint/checkpoint_reader.h"
 #include "tessera/comm/init.h"
 #include "tessera/core/check.h"
 #include "tessera/data/byte_text_dataset.h"
@@ -94,32 +96,12 @@ class MetricsLog {
   std::ofstream out_;
 };
 
-void save(runtime::Engine& engine, TrainData& data, const std::string& out_dir, bool rank0) {
-  const int64_t step = engine.global_steps();
-  const std::string dir = out_dir + "/step_" + std::to_string(step);
-  engine.save_checkpoint(dir, {{"sampler", data.sampler().state().to_json()}});
-  if (!rank0) return;
-  // The pointer moves only once the checkpoint is complete.
-  const std::string tmp = out_dir + "/latest.tmp";
-  std::ofstream(tmp) << "step_" << step << "\n";
-  fs::rename(tmp, out_dir + "/latest");
-  // Keep the two newest checkpoints.
-  std::vector<int64_t> steps;
-  for (const auto& e : fs::directory_iterator(out_dir)) {
-    const std::string name = e.path().filename().string();
-    if (name.rfind("step_", 0) == 0) steps.push_back(std::atoll(name.c_str() + 5));
-  }
-  std::sort(steps.rbegin(), steps.rend());
-  for (size_t i = 2; i < steps.size(); ++i) {
-    fs::remove_all(out_dir + "/step_" + std::to_string(steps[i]));
-  }
-}
+// Keeps the two newest checkpoints: the one just written and one to fall back to.
+constexpr int kKeepCheckpoints = 2;
 
-std::string latest_checkpoint(const std::string& out_dir) {
-  std::ifstream in(out_dir + "/latest");
-  std::string name;
-  if (!(in >> name)) return "";
-  return out_dir + "/" + name;
+void save(runtime::Engine& engine, TrainData& data, const std::string& out_dir) {
+  engine.save_checkpoint(out_dir, {{"sampler", data.sampler().state().to_json()}},
+                         kKeepCheckpoints);
 }
 
 }  // namespace
@@ -149,11 +131,11 @@ int train_command(const Args& args) {
   runtime::Engine engine = initialize(model, cfg, group);
   if (rank0) fs::create_directories(s.out_dir);
   if (f.resume) {
-    const std::string dir = latest_checkpoint(s.out_dir);
-    if (!dir.empty()) {
-      auto client = engine.load_checkpoint(dir);
+    // Every rank sees the same directory; load_checkpoint agrees on the step.
+    if (!checkpoint::list_steps(s.out_dir).empty()) {
+      auto client = engine.load_checkpoint(s.out_dir);
       data.sampler().load_state(data::SamplerState::from_json(client.at("sampler").get<std::string>()));
-      if (rank0) std::printf("resumed from %s at step %lld\n", dir.c_str(),
+      if (rank0) std::printf("resumed from %s/step_%lld\n", s.out_dir.c_str(),
                              static_cast<long long>(engine.global_steps()));
     } else if (rank0) {
       std::printf("no checkpoint in %s: starting from scratch\n", s.out_dir.c_str());
@@ -216,7 +198,7 @@ int train_command(const Args& args) {
       }
     }
     if ((s.checkpoint_interval > 0 && step % s.checkpoint_interval == 0) || last) {
-      save(engine, data, s.out_dir, rank0);
+      save(engine, data, s.out_dir);
     }
   }
   if (rank0 && s.sample_length > 0 && s.model.vocab_size == 256) {

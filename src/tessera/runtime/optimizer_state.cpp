@@ -1,0 +1,128 @@
+#include "tessera/runtime/optimizer_state.h"
+
+#include <ATen/ATen.h>
+#include <torch/optim/adam.h>
+#include <torch/optim/adamw.h>
+#include <torch/optim/sgd.h>
+
+#include <unordered_map>
+
+#include "tessera/core/check.h"
+
+namespace tessera::runtime {
+namespace {
+
+using checkpoint::NamedTensors;
+
+std::string state_key(const at::Tensor& p) {
+  return c10::guts::to_string(p.unsafeGetTensorImpl());
+}
+
+at::Tensor step_tensor(int64_t step) { return at::scalar_tensor(step, at::kLong); }
+
+// The LibTorch Adam and AdamW states have the same fields but no common base.
+template <typename State>
+void save_adam_like(const State& s, const std::string& base, NamedTensors& out) {
+  out.emplace_back(base + "step", step_tensor(s.step()));
+  out.emplace_back(base + "exp_avg", s.exp_avg().detach());
+  out.emplace_back(base + "exp_avg_sq", s.exp_avg_sq().detach());
+  if (s.max_exp_avg_sq().defined() && s.max_exp_avg_sq().numel() > 0) {
+    out.emplace_back(base + "max_exp_avg_sq", s.max_exp_avg_sq().detach());
+  }
+}
+
+class Lookup {
+ public:
+  Lookup(const NamedTensors& tensors) {
+    for (const auto& t : tensors) by_name_.emplace(t.first, &t.second);
+  }
+  const at::Tensor* find(const std::string& name) const {
+    auto it = by_name_.find(name);
+    return it == by_name_.end() ? nullptr : it->second;
+  }
+  // A copy of `name` shaped like `param`, in its dtype and device.
+  at::Tensor like(const std::string& name, const at::Tensor& param) const {
+    const at::Tensor* t = find(name);
+    TS_CHECK_T(CheckpointError, t != nullptr, "checkpoint has no optimizer tensor '", name,
+               "'; was it saved with a different optimizer type?");
+    TS_CHECK_T(CheckpointError, t->sizes() == param.sizes(), "optimizer tensor '", name,
+               "' has shape ", t->sizes(), " in the checkpoint but its parameter has ",
+               param.sizes(), "; check the model config");
+    return t->to(param.options(), /*non_blocking=*/false, /*copy=*/true);
+  }
+
+ private:
+  std::unordered_map<std::string, const at::Tensor*> by_name_;
+};
+
+template <typename State>
+std::unique_ptr<State> load_adam_like(const Lookup& in, const std::string& base,
+                                      const at::Tensor& p) {
+  auto s = std::make_unique<State>();
+  s->step(in.find(base + "step")->item<int64_t>());
+  s->exp_avg(in.like(base + "exp_avg", p));
+  s->exp_avg_sq(in.like(base + "exp_avg_sq", p));
+  if (in.find(base + "max_exp_avg_sq")) s->max_exp_avg_sq(in.like(base + "max_exp_avg_sq", p));
+  return s;
+}
+
+}  // namespace
+
+NamedTensors optimizer_state(torch::optim::Optimizer& optimizer, const NamedParams& params,
+                             const std::string& prefix) {
+  NamedTensors out;
+  auto& state = optimizer.state();
+  const bool adam = dynamic_cast<torch::optim::Adam*>(&optimizer) != nullptr;
+  const bool adamw = dynamic_cast<torch::optim::AdamW*>(&optimizer) != nullptr;
+  const bool sgd = dynamic_cast<torch::optim::SGD*>(&optimizer) != nullptr;
+  TS_CHECK_T(CheckpointError, adam || adamw || sgd,
+             "checkpointing supports the Adam, AdamW and SGD optimizers only");
+  for (size_t i = 0; i < params.params.size(); ++i) {
+    auto it = state.find(state_key(params.params[i]));
+    if (it == state.end()) continue;
+    const std::string base = prefix + params.names[i] + ".";
+    if (adam) {
+      save_adam_like(static_cast<torch::optim::AdamParamState&>(*it->second), base, out);
+    } else if (adamw) {
+      save_adam_like(static_cast<torch::optim::AdamWParamState&>(*it->second), base, out);
+    } else {
+      auto& s = static_cast<torch::optim::SGDParamState&>(*it->second);
+      if (s.momentum_buffer().defined()) {
+        out.emplace_back(base + "momentum_buffer", s.momentum_buffer().detach());
+      }
+    }
+  }
+  return out;
+}
+
+void load_optimizer_state(torch::optim::Optimizer& optimizer, const NamedParams& params,
+                          const NamedTensors& tensors, const std::string& prefix) {
+  const Lookup in(tensors);
+  auto& state = optimizer.state();
+  const bool adam = dynamic_cast<torch::optim::Adam*>(&optimizer) != nullptr;
+  const bool adamw = dynamic_cast<torch::optim::AdamW*>(&optimizer) != nullptr;
+  const bool sgd = dynamic_cast<torch::optim::SGD*>(&optimizer) != nullptr;
+  TS_CHECK_T(CheckpointError, adam || adamw || sgd,
+             "checkpointing supports the Adam, AdamW and SGD optimizers only");
+  at::NoGradGuard no_grad;
+  for (size_t i = 0; i < params.params.size(); ++i) {
+    const at::Tensor& p = params.params[i];
+    const std::string base = prefix + params.names[i] + ".";
+    const std::string key = state_key(p);
+    state.erase(key);
+    if (adam || adamw) {
+      if (!in.find(base + "step")) continue;  // no step taken for this parameter
+      if (adam) {
+        state[key] = load_adam_like<torch::optim::AdamParamState>(in, base, p);
+      } else {
+        state[key] = load_adam_like<torch::optim::AdamWParamState>(in, base, p);
+      }
+    } else if (in.find(base + "momentum_buffer")) {
+      auto s = std::make_unique<torch::optim::SGDParamState>();
+      s->momentum_buffer(in.like(base + "momentum_buffer", p));
+      state[key] = std::move(s);
+    }
+  }
+}
+
+}  // namespace tessera::runtime
