@@ -46,8 +46,9 @@ int main(int argc, char** argv) {
   }
   std::sort(ms.begin(), ms.end());
   if (group->rank() == 0) {
-    std::printf("median_step_ms %.2f params %lld world %d\n", ms[ms.size() / 2],
-                static_cast<long long>(model->num_parameters()), group->size());
+    std::printf("median_step_ms %.2f params %lld world %d backend %s\n", ms[ms.size() / 2],
+                static_cast<long long>(model->num_parameters()), group->size(),
+                group->backend_name().c_str());
   }
   ddp.reset();
   tessera::shutdown();

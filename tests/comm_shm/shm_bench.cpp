@@ -3,7 +3,7 @@
 // bandwidth of this host for scale.
 //   shm_bench [ranks=2] [backends=shm,gloo]
 // Prints one row per backend and size: bytes, median us, busbw GB/s (2(n-1)/n*S/t).
-// A tuning tool, not a test; bench/shm_vs_peers.sh compares against peers.
+// A tuning tool, not a test; bench/allreduce_sweep.sh compares against peers.
 #include <ATen/ATen.h>
 #include <sys/wait.h>
 #include <unistd.h>

@@ -77,9 +77,9 @@ ProcessGroupImpl::ProcessGroupImpl(std::shared_ptr<Store> root_store, int rank, 
                  "' backend for group '", options_.name, "' (rank ", rank_, " of ", size_, "): ")));
   }
 
-  collectives_ = std::make_unique<SerialExecutor>("ts-coll");
-  sends_ = std::make_unique<SerialExecutor>("ts-send");
-  recvs_ = std::make_unique<SerialExecutor>("ts-recv");
+  collectives_ = std::make_shared<SerialExecutor>("ts-coll");
+  sends_ = std::make_shared<SerialExecutor>("ts-send");
+  recvs_ = std::make_shared<SerialExecutor>("ts-recv");
   if (options_.heartbeat_interval > 0) {
     monitor_ = std::make_unique<ProgressMonitor>(store_, rank_, size_, options_.heartbeat_interval,
                                                  options_.stall_warn, &progress_, describe());
@@ -103,6 +103,17 @@ void ProcessGroupImpl::set_broken(std::exception_ptr error) {
   if (!broken_) broken_ = error;
 }
 
+namespace {
+// A thread that waits for an operation its queue has not started runs it itself.
+void run_on_wait(Work& work, const std::shared_ptr<SerialExecutor>& queue, uint64_t ticket) {
+  if (ticket == 0) return;  // dropped: the Work is already complete
+  std::weak_ptr<SerialExecutor> weak = queue;
+  work.set_wait_hook([weak, ticket] {
+    if (auto q = weak.lock()) q->run_until(ticket);
+  });
+}
+}  // namespace
+
 WorkHandle ProcessGroupImpl::enqueue_collective(OpType op, std::string signature,
                                                 std::function<void()> body) {
   uint64_t seq = ++seq_;
@@ -111,12 +122,13 @@ WorkHandle ProcessGroupImpl::enqueue_collective(OpType op, std::string signature
     work->finish(error);
     return work;
   }
-  collectives_->submit(
+  const uint64_t ticket = collectives_->submit(
       {[=] { run_collective(op, seq, signature, body, work); },
        [=] {
          work->finish(std::make_exception_ptr(
              CommError(c10::str(work->description(), " was cancelled: the group shut down"))));
        }});
+  run_on_wait(*work, collectives_, ticket);
   return work;
 }
 
@@ -165,8 +177,8 @@ WorkHandle ProcessGroupImpl::enqueue_p2p(OpType op, int peer, std::function<void
     work->finish(error);
     return work;
   }
-  SerialExecutor& queue = op == OpType::kSend ? *sends_ : *recvs_;
-  queue.submit({[=] {
+  const std::shared_ptr<SerialExecutor>& queue = op == OpType::kSend ? sends_ : recvs_;
+  const uint64_t ticket = queue->submit({[=] {
                   try {
                     body();
                     work->finish();
@@ -180,6 +192,7 @@ WorkHandle ProcessGroupImpl::enqueue_p2p(OpType op, int peer, std::function<void
                   work->finish(std::make_exception_ptr(CommError(
                       c10::str(work->description(), " was cancelled: the group shut down"))));
                 }});
+  run_on_wait(*work, queue, ticket);
   return work;
 }
 

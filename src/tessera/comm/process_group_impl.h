@@ -53,9 +53,10 @@ class ProcessGroupImpl {
   mutable std::mutex mu_;
   std::exception_ptr broken_;
   bool shut_down_ = false;
-  std::unique_ptr<SerialExecutor> collectives_;
-  std::unique_ptr<SerialExecutor> sends_;
-  std::unique_ptr<SerialExecutor> recvs_;
+  // Shared so a Work's wait hook can reach its queue without outliving it.
+  std::shared_ptr<SerialExecutor> collectives_;
+  std::shared_ptr<SerialExecutor> sends_;
+  std::shared_ptr<SerialExecutor> recvs_;
   std::unique_ptr<ProgressMonitor> monitor_;
 };
 

@@ -12,43 +12,63 @@ SerialExecutor::SerialExecutor(std::string name) : name_(std::move(name)) {
 
 SerialExecutor::~SerialExecutor() { shutdown(); }
 
-void SerialExecutor::submit(Task task) {
+uint64_t SerialExecutor::submit(Task task) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!stopping_) {
-      queue_.push_back(std::move(task));
-      cv_.notify_one();
-      return;
+      const uint64_t ticket = ++last_ticket_;
+      queue_.push_back({ticket, std::move(task)});
+      cv_.notify_all();
+      return ticket;
     }
   }
   if (task.on_drop) task.on_drop();
+  return 0;
+}
+
+void SerialExecutor::run_until(uint64_t ticket) {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!busy_ && !stopping_ && !queue_.empty() && queue_.front().ticket <= ticket) {
+    Task task = std::move(queue_.front().task);
+    queue_.pop_front();
+    busy_ = true;
+    lock.unlock();
+    task.run();
+    lock.lock();
+    busy_ = false;
+    cv_.notify_all();
+  }
 }
 
 void SerialExecutor::shutdown() {
-  std::deque<Task> dropped;
+  std::deque<Queued> dropped;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock(mu_);
     stopping_ = true;
     dropped.swap(queue_);
+    cv_.notify_all();
+    // A task a caller runs inline finishes before the executor goes away.
+    if (thread_.get_id() != std::this_thread::get_id()) cv_.wait(lock, [&] { return !busy_; });
   }
-  cv_.notify_all();
-  for (auto& t : dropped) {
-    if (t.on_drop) t.on_drop();
+  for (auto& q : dropped) {
+    if (q.task.on_drop) q.task.on_drop();
   }
   if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
 }
 
 void SerialExecutor::loop() {
+  std::unique_lock<std::mutex> lock(mu_);
   while (true) {
-    Task task;
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-      if (stopping_) return;
-      task = std::move(queue_.front());
-      queue_.pop_front();
-    }
+    cv_.wait(lock, [&] { return stopping_ || (!queue_.empty() && !busy_); });
+    if (stopping_) return;
+    Task task = std::move(queue_.front().task);
+    queue_.pop_front();
+    busy_ = true;
+    lock.unlock();
     task.run();
+    lock.lock();
+    busy_ = false;
+    cv_.notify_all();
   }
 }
 

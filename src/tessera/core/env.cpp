@@ -47,6 +47,8 @@ const std::vector<EnvVar>& registry() {
        "seconds a collective may wait before the ranks that have not joined are logged"},
       {"TESSERA_LAUNCHER", nullptr, "set to 1 by `tessera run` in every worker"},
       {"TESSERA_STORE_ADDR", nullptr, "store address if different from MASTER_ADDR"},
+      {"TESSERA_SHM_CHUNK_BYTES", "1048576",
+       "shm backend: bytes per rank and pipeline buffer (the all_reduce chunk); same on every rank"},
       {"TESSERA_GLOO_IFACE", nullptr, "network interface Gloo binds (default: host of MASTER_ADDR)"},
       {"TESSERA_GLOO_HOSTNAME", nullptr, "address Gloo binds and advertises for this rank"},
   };

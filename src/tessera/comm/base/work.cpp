@@ -3,6 +3,7 @@
 namespace tessera::comm {
 
 void Work::wait() {
+  if (wait_hook_ && !is_completed()) wait_hook_();
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait(lock, [&] { return done_; });
   if (error_) std::rethrow_exception(error_);

@@ -37,12 +37,16 @@ class Work {
 
   // Called by the executor exactly once.
   void finish(std::exception_ptr error = nullptr);
+  // Optional: wait() calls `hook` once before blocking, so the queue holding this
+  // operation can run it on the waiting thread (SerialExecutor::run_until).
+  void set_wait_hook(std::function<void()> hook) { wait_hook_ = std::move(hook); }
 
   // A Work that is already complete (e.g. an op on a group of size 1).
   static std::shared_ptr<Work> completed(std::string description = "");
 
  private:
   std::string description_;
+  std::function<void()> wait_hook_;  // set before the Work is handed out
   mutable std::mutex mu_;
   std::condition_variable cv_;
   bool done_ = false;

@@ -2,6 +2,8 @@
 
 #include <arpa/inet.h>
 #include <gloo/transport/tcp/device.h>
+#include <netdb.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "tessera/comm/gloo/gloo_error.h"
@@ -19,6 +21,38 @@ bool is_loopback_host(const std::string& host) {
   return false;
 }
 
+namespace {
+
+// The local address the kernel routes to `host` from, or "" if host doesn't
+// resolve or has no route. connect() on a UDP socket only picks the route: no
+// packet is sent.
+std::string local_address_toward(const std::string& host, const std::string& port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(host.c_str(), port.c_str(), &hints, &found) != 0) return "";
+  std::string address;
+  for (addrinfo* ai = found; ai != nullptr && address.empty(); ai = ai->ai_next) {
+    int fd = ::socket(ai->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;
+    sockaddr_storage local{};
+    socklen_t len = sizeof(local);
+    char text[INET6_ADDRSTRLEN] = {0};
+    if (::connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 &&
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
+      const void* raw = &reinterpret_cast<sockaddr_in*>(&local)->sin_addr;
+      if (local.ss_family == AF_INET6) raw = &reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr;
+      if (inet_ntop(local.ss_family, raw, text, sizeof(text)) != nullptr) address = text;
+    }
+    ::close(fd);
+  }
+  freeaddrinfo(found);
+  return address;
+}
+
+}  // namespace
+
 GlooAddress choose_gloo_address() {
   GlooAddress a;
   if (auto h = env::get("TESSERA_GLOO_HOSTNAME")) {
@@ -30,6 +64,12 @@ GlooAddress choose_gloo_address() {
   } else if (std::string master = env::get_string("MASTER_ADDR"); is_loopback_host(master)) {
     a.hostname = master;
     a.source = "MASTER_ADDR (loopback)";
+  } else if (std::string local = local_address_toward(master, env::get_string("MASTER_PORT"));
+             !local.empty()) {
+    // The host name often resolves to 127.0.1.1 (Debian's /etc/hosts), which no
+    // other host can reach; the address this host reaches MASTER_ADDR from can be.
+    a.hostname = local;
+    a.source = "the route to MASTER_ADDR " + master;
   } else {
     char name[256] = {0};
     TS_CHECK_ERRNO(CommError, gethostname(name, sizeof(name) - 1),

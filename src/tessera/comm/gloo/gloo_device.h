@@ -5,8 +5,9 @@
 //   2. TESSERA_GLOO_IFACE, if set (bind to that interface's address);
 //   3. the host of MASTER_ADDR when it is a loopback address (single-host jobs:
 //      everything stays on 127.0.0.0/8);
-//   4. otherwise this host's name as resolved by getaddrinfo (multi-host jobs,
-//      network namespaces).
+//   4. otherwise the local address of this host's route to MASTER_ADDR (multi-host
+//      jobs, network namespaces): the one interface known to reach node 0;
+//   5. if MASTER_ADDR has no route, this host's name as resolved by getaddrinfo.
 // Pure functions of the environment; thread-safe.
 #pragma once
 

@@ -9,6 +9,7 @@
 
 #include "tessera/comm/shm/host_identity.h"
 #include "tessera/core/check.h"
+#include "tessera/core/env.h"
 #include "tessera/core/logging.h"
 
 namespace tessera::comm {
@@ -82,7 +83,9 @@ ShmBackend::ShmBackend(const BackendContext& ctx, ShmOptions options)
                header_->magic == shm::kSegmentMagic && header_->size == ctx.size &&
                    header_->slot_bytes == layout_.slot_bytes,
                "shared-memory segment ", name, " does not match group '", ctx.group_name,
-               "' (size ", ctx.size, "); are ranks running different Tessera versions?");
+               "' (size ", ctx.size, ", chunk ", layout_.slot_bytes, " bytes; rank 0 has ",
+               header_->slot_bytes, "); do all ranks run the same Tessera version with the "
+               "same TESSERA_SHM_CHUNK_BYTES?");
   }
   control(ctx.rank).pid.store(getpid());
   // The last rank to map removes the name: from here on a crash leaks nothing.
@@ -217,7 +220,12 @@ void ShmBackend::abort() {
 }
 
 std::unique_ptr<Backend> make_shm_backend(const BackendContext& ctx) {
-  return std::make_unique<ShmBackend>(ctx);
+  ShmOptions options;
+  const long long chunk = env::get_int("TESSERA_SHM_CHUNK_BYTES");
+  TS_CHECK_T(ConfigError, chunk >= 4096 && chunk <= (1LL << 30),
+             "TESSERA_SHM_CHUNK_BYTES must be between 4096 and 1073741824, got ", chunk);
+  options.slot_bytes = static_cast<uint64_t>(chunk);
+  return std::make_unique<ShmBackend>(ctx, options);
 }
 
 }  // namespace tessera::comm

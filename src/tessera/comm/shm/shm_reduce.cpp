@@ -6,6 +6,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "tessera/comm/shm/shm_reduce_avx2.h"
 #include "tessera/core/check.h"
 
 namespace tessera::comm::shm {
@@ -122,8 +123,30 @@ bool can_reduce(c10::ScalarType dtype) {
   }
 }
 
+namespace {
+avx2::Op16 to_op16(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return avx2::Op16::kSum;
+    case ReduceOp::kAvg: return avx2::Op16::kAvg;
+    case ReduceOp::kProduct: return avx2::Op16::kProduct;
+    case ReduceOp::kMin: return avx2::Op16::kMin;
+    case ReduceOp::kMax: return avx2::Op16::kMax;
+  }
+  return avx2::Op16::kSum;
+}
+}  // namespace
+
 void reduce(c10::ScalarType dtype, ReduceOp op, const void* const* srcs, int nsrcs, void* out,
             void* out2, int64_t count) {
+  if ((dtype == c10::kHalf || dtype == c10::kBFloat16) && avx2::available()) {
+    return avx2::reduce16(dtype == c10::kHalf ? avx2::Half16::kFloat16 : avx2::Half16::kBFloat16,
+                          to_op16(op), srcs, nsrcs, out, out2, count);
+  }
+  reduce_portable(dtype, op, srcs, nsrcs, out, out2, count);
+}
+
+void reduce_portable(c10::ScalarType dtype, ReduceOp op, const void* const* srcs, int nsrcs,
+                     void* out, void* out2, int64_t count) {
   switch (dtype) {
     case c10::kFloat:
       return reduce_op<float, float>(op, srcs, nsrcs, out, out2, count);

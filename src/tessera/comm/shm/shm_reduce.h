@@ -4,8 +4,10 @@
 // stack buffer in rank order (src0 op src1 op src2 ...), so results are the same
 // bit for bit as a sequential reference in that order, and each source is read
 // from memory once. Simple __restrict loops that GCC vectorizes at -O3; half
-// types (float16, bfloat16) accumulate in float32 and round once at the end.
-// AVG divides the float (or integer) sum by the number of sources.
+// types (float16, bfloat16) accumulate in float32 and round once at the end;
+// on CPUs with AVX2 and F16C they go through shm_reduce_avx2.h instead, with the
+// same results bit for bit. AVG divides the float (or integer) sum by the number
+// of sources.
 //
 // Stateless and thread-safe.
 #pragma once
@@ -27,5 +29,8 @@ bool can_reduce(c10::ScalarType dtype);
 // overlap a source at a different offset.
 void reduce(c10::ScalarType dtype, ReduceOp op, const void* const* srcs, int nsrcs, void* out,
             void* out2, int64_t count);
+// The same without the AVX2 dispatch (the reference the fast kernels are tested against).
+void reduce_portable(c10::ScalarType dtype, ReduceOp op, const void* const* srcs, int nsrcs,
+                     void* out, void* out2, int64_t count);
 
 }  // namespace tessera::comm::shm

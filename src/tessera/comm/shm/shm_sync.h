@@ -45,8 +45,11 @@ inline void publish(FutexWord& w, uint32_t value) {
 inline void cpu_relax() { __builtin_ia32_pause(); }
 
 // How long a waiter spins before it sleeps, and how long each sleep lasts at
-// most (the granularity of timeout, abort and liveness checks).
-constexpr std::chrono::nanoseconds kSpinTime{std::chrono::microseconds(30)};
+// most (the granularity of timeout, abort and liveness checks). Ranks leave one
+// collective up to ~100 us apart on a busy host; a waiter that sleeps through
+// that gap pays the futex wake-up (tens of us) on every small message, so the
+// spin covers it. Oversubscribed hosts lose at most this much CPU per wait.
+constexpr std::chrono::nanoseconds kSpinTime{std::chrono::microseconds(200)};
 constexpr std::chrono::nanoseconds kSleepSlice{std::chrono::milliseconds(2)};
 
 // Returns once ready() is true. `w` is the word whose change may make ready()
