@@ -35,20 +35,28 @@ int main(int argc, char** argv) {
   auto gen = at::detail::createCPUGenerator(group->rank());
   auto x = at::randint(256, {8, 64}, gen);
   auto y = at::randint(256, {8, 64}, gen);
-  std::vector<double> ms;
+  std::vector<double> ms, wait_ms;
   for (int i = 0; i < warmup + steps; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
     opt.zero_grad();
     model->loss(x, y).backward();
     opt.step();
     const auto t1 = std::chrono::steady_clock::now();
-    if (i >= warmup) ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+    if (i >= warmup) {
+      ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+      if (ddp) {
+        // Time backward spent waiting for the all-reduces after autograd ended.
+        const auto& t = ddp->reducer().last_timings();
+        wait_ms.push_back(std::chrono::duration<double, std::milli>(t.reduced - t.backward_end).count());
+      }
+    }
   }
   std::sort(ms.begin(), ms.end());
+  std::sort(wait_ms.begin(), wait_ms.end());
   if (group->rank() == 0) {
-    std::printf("median_step_ms %.2f params %lld world %d backend %s\n", ms[ms.size() / 2],
-                static_cast<long long>(model->num_parameters()), group->size(),
-                group->backend_name().c_str());
+    std::printf("median_step_ms %.2f params %lld world %d backend %s median_allreduce_wait_ms %.2f\n",
+                ms[ms.size() / 2], static_cast<long long>(model->num_parameters()), group->size(),
+                group->backend_name().c_str(), wait_ms.empty() ? 0.0 : wait_ms[wait_ms.size() / 2]);
   }
   ddp.reset();
   tessera::shutdown();

@@ -63,7 +63,8 @@ def main():
     head = f"{'size':>8}"
     for b in backends:
         head += f" {b + ' us':>18} {'busbw':>6}"
-    head += f" {'shm/gloo':>9} {'shm/MPI':>8} {'shm traffic':>11} {'copy':>6} {'frac':>5}"
+    head += (f" {'shm/gloo':>9} {'shm/MPI':>8} {'shm traffic':>11} {'copy':>6} {'frac':>5}"
+             f" {'io frac':>7}")
     print(head)
     for s in sizes:
         label = f"{s >> 20}M" if s >= 1 << 20 else f"{s >> 10}K"
@@ -81,10 +82,13 @@ def main():
         c = med(copy, s)
         if t and c:
             traffic = n * shm_traffic_per_rank(s, n) / (t * 1e-6) / 1e9
-            row += f" {traffic:>11.2f} {c:>6.2f} {traffic / c:>5.2f}"
+            io = n * 2 * s / (t * 1e-6) / 1e9
+            row += f" {traffic:>11.2f} {c:>6.2f} {traffic / c:>5.2f} {io / c:>7.2f}"
         print(row)
     print("# shm traffic: bytes all ranks read + write per second in the shm algorithm; "
-          "copy: memcpy traffic of the same number of processes at that size; frac = ratio")
+          "copy: memcpy traffic of the same number of processes at that size; frac = ratio;")
+    print("# io frac: the traffic no all_reduce can avoid (each rank reads its input and "
+          "writes its output once, 2S) against copy: near 1 means memory-bound")
     if failed:
         print("# '!': a result check failed in at least one run")
         sys.exit(1)

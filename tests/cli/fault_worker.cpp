@@ -49,7 +49,8 @@ int allreduce_mode(int iters, const std::string& fault, int fault_rank, int faul
   auto group = tessera::default_group();
   const int rank = group->rank();
   const bool faulty = rank == fault_rank;
-  std::printf("joined as rank %d of %d\n", rank, group->size());
+  std::printf("joined as rank %d of %d (backend %s, pid %d)\n", rank, group->size(),
+              group->backend_name().c_str(), static_cast<int>(getpid()));
   std::fflush(stdout);
   for (int i = 0; i < iters; ++i) {
     if (faulty && i == fault_iter && fault == "stall") {

@@ -3,6 +3,8 @@
 // the wrong job token. Workers are tests/cli/fault_worker.cpp.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
 #include <chrono>
 #include <cstdlib>
 
@@ -72,6 +74,15 @@ TEST(LauncherFaults, RankKilledMidCollectiveEndsTheJob) {
   EXPECT_NE(r.output.find("was killed by SIGKILL"), std::string::npos) << r.output;
   EXPECT_LT(reaction, 2 * 3.0) << r.output;
   EXPECT_EQ(wait_for_no_processes(m, 2), 0) << "a worker outlived the job";
+  // The ranks shared a host, so "auto" ran the shm backend: nothing of the job
+  // may be left in /dev/shm (segments are named after their creator's pid).
+  EXPECT_NE(r.output.find("(backend shm, pid "), std::string::npos) << r.output;
+  for (size_t at = r.output.find("pid "); at != std::string::npos; at = r.output.find("pid ", at + 1)) {
+    const std::string prefix = "tessera-" + std::to_string(std::atoi(r.output.c_str() + at + 4)) + "-";
+    for (const auto& e : std::filesystem::directory_iterator("/dev/shm")) {
+      EXPECT_NE(e.path().filename().string().rfind(prefix, 0), 0u) << "left behind: " << e.path();
+    }
+  }
   std::printf("job with a rank SIGKILLed mid-collective ended %.2f s after the kill\n", reaction);
 }
 
