@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The whole all_reduce sweep (float32 sum, 4 KB - 64 MB) for every backend of
-# this build and the plain Open MPI peer, 2 ranks by default, all in one run,
+# this build, the plain Open MPI peer and PyTorch's Gloo (torch.distributed from
+# Debian's python3-torch), 2 ranks by default, all in one run,
 # plus the memory traffic of the shm algorithm as a fraction of this host's
 # copy bandwidth at the same size. Each measurement runs REPS times, in turns
-# (tessera --compare, tessera's mpi backend, the MPI peer, memcpy), and the
+# (tessera --compare, tessera's mpi backend, the MPI peer, torch, memcpy), and the
 # table shows medians over the reps. Builds nothing.
 #
 #   bench/allreduce_sweep.sh BUILD_DIR [NPROC]
@@ -39,6 +40,11 @@ for rep in $(seq "$REPS"); do
     "${MPIRUN[@]}" "$TESSERA" bench --backend mpi --op all_reduce --dtype float32 "${SWEEP[@]}" \
       --json "$tmp/mpi_backend.$rep.json" >"$tmp/log" 2>&1 || { cat "$tmp/log" >&2; exit 1; }
     "${MPIRUN[@]}" "$PEER" "${SWEEP[@]}" >"$tmp/mpi_peer.$rep.txt" 2>"$tmp/log" \
+      || { cat "$tmp/log" >&2; exit 1; }
+  fi
+  if /usr/bin/python3 -c "import torch.distributed" 2>/dev/null; then
+    OMP_NUM_THREADS=1 /usr/bin/python3 "$HERE/torch_allreduce_peer.py" "$NPROC" $((29700 + rep)) \
+      "$MIN_BYTES" "$MAX_BYTES" "$ITERS" "$WARMUP" >"$tmp/torch_peer.$rep.txt" 2>"$tmp/log" \
       || { cat "$tmp/log" >&2; exit 1; }
   fi
   "$MEMCPY" --procs "$NPROC" --min-bytes "$MIN_BYTES" --max-bytes "$MAX_BYTES" >"$tmp/memcpy.$rep.txt"

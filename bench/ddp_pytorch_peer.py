@@ -2,7 +2,7 @@
 src/tessera/models/gpt.h (pre-LN blocks, causal mask rebuilt per call, 4x GELU MLP, tied
 head), the same per-rank batch, gloo, one thread per rank. Prints
 "median_step_ms <x>" from rank 0. Usage: ddp_pytorch_peer.py WORLD STEPS PORT
-(WORLD 1: a plain single process without DDP)."""
+[LAYERS BATCH] (WORLD 1: a plain single process without DDP)."""
 import math
 import os
 import sys
@@ -14,7 +14,10 @@ import torch.multiprocessing as mp
 import torch.nn as nn
 import torch.nn.functional as F
 
-N_LAYER, N_HEAD, N_EMBD, BLOCK, VOCAB, BATCH = 4, 4, 128, 64, 256, 8
+N_HEAD, N_EMBD, BLOCK, VOCAB = 4, 128, 64, 256
+# Layers and per-rank batch: argv[4], argv[5] (default 4 and 8), as ddp_vs_pytorch.cpp.
+N_LAYER = int(sys.argv[4]) if len(sys.argv) > 4 else 4
+BATCH = int(sys.argv[5]) if len(sys.argv) > 5 else 8
 
 
 class Attention(nn.Module):

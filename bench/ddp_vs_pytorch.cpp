@@ -1,6 +1,6 @@
 // Step-time benchmark of Tessera's DistributedDataParallel on the reference GPT,
-// run in every worker (`tessera run -n 2 ddp_vs_pytorch`) or alone (one
-// independent single-process run). Prints one line, "median_step_ms <x>", from
+// run in every worker (`tessera run -n 2 ddp_vs_pytorch STEPS [LAYERS BATCH]`) or
+// alone (one independent single-process run). Prints one line, "median_step_ms <x>", from
 // rank 0; bench/ddp_vs_pytorch.sh puts it next to PyTorch DDP's.
 //
 // Same model and per-rank batch as bench/ddp_pytorch_peer.py; one intra-op
@@ -19,12 +19,14 @@
 
 int main(int argc, char** argv) {
   const int steps = argc > 1 ? std::atoi(argv[1]) : 30;
+  const int layers = argc > 2 ? std::atoi(argv[2]) : 4;
+  const int batch = argc > 3 ? std::atoi(argv[3]) : 8;
   const int warmup = 5;
   at::set_num_threads(1);
   tessera::init();
   auto group = tessera::default_group();
   tessera::models::GPTConfig cfg;
-  cfg.n_layer = 4;
+  cfg.n_layer = layers;
   cfg.n_head = 4;
   cfg.n_embd = 128;
   cfg.block_size = 64;
@@ -33,8 +35,8 @@ int main(int argc, char** argv) {
   if (group->size() > 1) ddp = std::make_unique<tessera::DistributedDataParallel>(model.ptr(), group);
   torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(1e-3));
   auto gen = at::detail::createCPUGenerator(group->rank());
-  auto x = at::randint(256, {8, 64}, gen);
-  auto y = at::randint(256, {8, 64}, gen);
+  auto x = at::randint(256, {batch, 64}, gen);
+  auto y = at::randint(256, {batch, 64}, gen);
   std::vector<double> ms, wait_ms;
   for (int i = 0; i < warmup + steps; ++i) {
     const auto t0 = std::chrono::steady_clock::now();

@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # Tessera DDP vs PyTorch DDP vs independent single-process runs, 2 ranks on this
-# host, the same GPT (4 layers, 128 wide, 64 context, batch 8 per rank), one
-# thread per rank. Tessera runs twice: over gloo (the same transport as the
+# host, the same GPT (LAYERS layers, default 4; 128 wide, 4 heads, 64 context;
+# BATCH sequences per rank, default 8), one thread per rank. Tessera runs twice: over gloo (the same transport as the
 # PyTorch peer) and with its default backend (auto: shm on one host). Each
 # configuration runs REPS times in turns; a run reports its median step time and
 # the table shows the median over runs. Not a test: prints one table.
-#   bash bench/ddp_vs_pytorch.sh [BUILD_DIR] [STEPS]      (env: REPS, default 3)
+#   bash bench/ddp_vs_pytorch.sh [BUILD_DIR] [STEPS]   (env: REPS 3, LAYERS 4, BATCH 8)
 set -euo pipefail
 BUILD_DIR=${1:-build}
 STEPS=${2:-30}
 REPS=${REPS:-3}
+LAYERS=${LAYERS:-4}
+BATCH=${BATCH:-8}
 TESSERA="$BUILD_DIR/src/tessera/tessera"
 BENCH="$BUILD_DIR/bench/ddp_vs_pytorch"
 PY=/usr/bin/python3   # Debian's python3-torch
@@ -31,17 +33,17 @@ pair() {
   cat "$tmp/a" "$tmp/b" | step_ms | sort -g | tail -1
 }
 for rep in $(seq "$REPS"); do
-  TESSERA_BACKEND=gloo "$TESSERA" run -n 2 "$BENCH" "$STEPS" 2>&1 | step_ms >> "$tmp/t_gloo"
-  "$TESSERA" run -n 2 "$BENCH" "$STEPS" 2>&1 | step_ms >> "$tmp/t_auto"
-  "$PY" "$PEER" 2 "$STEPS" $((29561 + rep)) 2>&1 | step_ms >> "$tmp/p_ddp"
-  pair "$BENCH" "$STEPS" >> "$tmp/t_single"
-  pair "$PY" "$PEER" 1 "$STEPS" 0 >> "$tmp/p_single"
+  TESSERA_BACKEND=gloo "$TESSERA" run -n 2 "$BENCH" "$STEPS" "$LAYERS" "$BATCH" 2>&1 | step_ms >> "$tmp/t_gloo"
+  "$TESSERA" run -n 2 "$BENCH" "$STEPS" "$LAYERS" "$BATCH" 2>&1 | step_ms >> "$tmp/t_auto"
+  "$PY" "$PEER" 2 "$STEPS" $((29561 + rep)) "$LAYERS" "$BATCH" 2>&1 | step_ms >> "$tmp/p_ddp"
+  pair "$BENCH" "$STEPS" "$LAYERS" "$BATCH" >> "$tmp/t_single"
+  pair "$PY" "$PEER" 1 "$STEPS" 0 "$LAYERS" "$BATCH" >> "$tmp/p_single"
 done
 median() { sort -g "$1" | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 t_gloo=$(median "$tmp/t_gloo"); t_auto=$(median "$tmp/t_auto"); p_ddp=$(median "$tmp/p_ddp")
 t_single=$(median "$tmp/t_single"); p_single=$(median "$tmp/p_single")
 
-printf "# DDP step time, 2 ranks, GPT 4x128, batch 8x64 per rank, median of %s runs x %s steps\n" "$REPS" "$STEPS"
+printf "# DDP step time, 2 ranks, GPT %sx128, batch %sx64 per rank, median of %s runs x %s steps\n" "$LAYERS" "$BATCH" "$REPS" "$STEPS"
 printf "%-36s %10s\n" "run" "step (ms)"
 printf "%-36s %10s\n" "tessera DDP (gloo)" "$t_gloo"
 printf "%-36s %10s\n" "tessera DDP (auto = shm)" "$t_auto"

@@ -1,4 +1,5 @@
 """Table of bench/allreduce_sweep.sh: medians over the reps of every backend's
+and peer's (Open MPI's MPI_Allreduce, PyTorch's Gloo)
 all_reduce time and bus bandwidth, the ratios the shm backend is judged by, and
 the shm algorithm's memory traffic against memcpy's at the same size.
 
@@ -47,6 +48,11 @@ def main():
             f = line.split()
             if len(f) >= 6 and f[0].isdigit():
                 add("MPI_Allreduce", int(f[0]), float(f[2]), float(f[4]), f[5])
+    for path in glob.glob(os.path.join(out_dir, "torch_peer.*.txt")):
+        for line in open(path):
+            f = line.split()
+            if len(f) >= 6 and f[0].isdigit():
+                add("torch gloo", int(f[0]), float(f[2]), float(f[4]), f[5])
     copy = {}
     for path in glob.glob(os.path.join(out_dir, "memcpy.*.txt")):
         for line in open(path):
@@ -55,7 +61,7 @@ def main():
                 copy.setdefault(int(f[0]), []).append(float(f[1]))
 
     med = lambda d, k: statistics.median(d[k]) if k in d else None
-    backends = [b for b in ("shm", "gloo", "hierarchical", "mpi", "MPI_Allreduce")
+    backends = [b for b in ("shm", "gloo", "hierarchical", "mpi", "MPI_Allreduce", "torch gloo")
                 if any(k[0] == b for k in times)]
     sizes = sorted({k[1] for k in times})
     print(f"# all_reduce float32 sum, {n} ranks, median of {reps} runs; time in us, "
@@ -63,7 +69,7 @@ def main():
     head = f"{'size':>8}"
     for b in backends:
         head += f" {b + ' us':>18} {'busbw':>6}"
-    head += (f" {'shm/gloo':>9} {'shm/MPI':>8} {'shm traffic':>11} {'copy':>6} {'frac':>5}"
+    head += (f" {'shm/gloo':>9} {'shm/torch':>9} {'shm/MPI':>8} {'shm traffic':>11} {'copy':>6} {'frac':>5}"
              f" {'io frac':>7}")
     print(head)
     for s in sizes:
@@ -76,7 +82,9 @@ def main():
         shm = med(busbw, ("shm", s))
         gloo = med(busbw, ("gloo", s))
         peer = med(busbw, ("MPI_Allreduce", s))
+        torch_gloo = med(busbw, ("torch gloo", s))
         row += f" {shm / gloo:>8.1f}x" if shm and gloo else f" {'-':>9}"
+        row += f" {shm / torch_gloo:>8.1f}x" if shm and torch_gloo else f" {'-':>9}"
         row += f" {shm / peer:>7.2f}x" if shm and peer else f" {'-':>8}"
         t = med(times, ("shm", s))
         c = med(copy, s)
