@@ -14,6 +14,7 @@
 
 #include "tessera/checkpoint/crc32c.h"
 #include "tessera/core/check.h"
+#include "tessera/core/file_io.h"
 
 namespace tessera::checkpoint {
 
@@ -40,22 +41,12 @@ std::optional<at::ScalarType> dtype_from_name(const std::string& name) {
   return std::nullopt;
 }
 
-struct Fd {
-  int fd = -1;
-  ~Fd() {
-    if (fd >= 0) ::close(fd);
-  }
-};
+using Fd = core::FdGuard;
 
 void write_all(int fd, const void* data, size_t size, const std::string& path) {
-  const char* p = static_cast<const char*>(data);
-  while (size > 0) {
-    ssize_t n = ::write(fd, p, size);
-    if (n < 0 && errno == EINTR) continue;
-    TS_CHECK_ERRNO(CheckpointError, n, "cannot write checkpoint file ", path,
-                   " (disk full or read-only?)");
-    p += n;
-    size -= static_cast<size_t>(n);
+  if (int err = core::write_fully(fd, data, size)) {
+    TS_THROW(CheckpointError, "cannot write checkpoint file ", path, ": ", std::strerror(err),
+             " (disk full or read-only?)");
   }
 }
 

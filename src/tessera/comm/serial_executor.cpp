@@ -26,17 +26,21 @@ uint64_t SerialExecutor::submit(Task task) {
   return 0;
 }
 
+void SerialExecutor::run_front(std::unique_lock<std::mutex>& lock) {
+  Task task = std::move(queue_.front().task);
+  queue_.pop_front();
+  busy_ = true;
+  lock.unlock();
+  task.run();
+  lock.lock();
+  busy_ = false;
+  cv_.notify_all();
+}
+
 void SerialExecutor::run_until(uint64_t ticket) {
   std::unique_lock<std::mutex> lock(mu_);
   while (!busy_ && !stopping_ && !queue_.empty() && queue_.front().ticket <= ticket) {
-    Task task = std::move(queue_.front().task);
-    queue_.pop_front();
-    busy_ = true;
-    lock.unlock();
-    task.run();
-    lock.lock();
-    busy_ = false;
-    cv_.notify_all();
+    run_front(lock);
   }
 }
 
@@ -61,14 +65,7 @@ void SerialExecutor::loop() {
   while (true) {
     cv_.wait(lock, [&] { return stopping_ || (!queue_.empty() && !busy_); });
     if (stopping_) return;
-    Task task = std::move(queue_.front().task);
-    queue_.pop_front();
-    busy_ = true;
-    lock.unlock();
-    task.run();
-    lock.lock();
-    busy_ = false;
-    cv_.notify_all();
+    run_front(lock);
   }
 }
 

@@ -43,6 +43,8 @@ class SerialExecutor {
 
  private:
   void loop();
+  // Runs the first queued task with mu_ released; `lock` holds mu_ on entry and exit.
+  void run_front(std::unique_lock<std::mutex>& lock);
 
   std::string name_;
   std::mutex mu_;

@@ -9,27 +9,15 @@
 #include <cstring>
 
 #include "tessera/core/check.h"
+#include "tessera/core/file_io.h"
 
 namespace tessera::data {
 
 namespace {
 
-// Closes a file descriptor on scope exit.
-struct FdCloser {
-  int fd;
-  ~FdCloser() {
-    if (fd >= 0) ::close(fd);
-  }
-};
-
 void write_all(int fd, const void* data, size_t size, const std::string& path) {
-  const char* p = static_cast<const char*>(data);
-  while (size > 0) {
-    ssize_t n = ::write(fd, p, size);
-    if (n < 0 && errno == EINTR) continue;
-    TS_CHECK_ERRNO(ConfigError, n, "cannot write token file ", path);
-    p += n;
-    size -= static_cast<size_t>(n);
+  if (int err = core::write_fully(fd, data, size)) {
+    TS_THROW(ConfigError, "cannot write token file ", path, ": ", std::strerror(err));
   }
 }
 
@@ -39,7 +27,7 @@ TokenFileDataset::TokenFileDataset(const std::string& path) : path_(path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   TS_CHECK_ERRNO(ConfigError, fd, "cannot open token file ", path,
                  " (create one with `tessera data prepare`)");
-  FdCloser closer{fd};
+  core::FdGuard closer(fd);
   struct stat st;
   TS_CHECK_ERRNO(ConfigError, ::fstat(fd, &st), "cannot stat token file ", path);
   const int64_t size = st.st_size;
@@ -92,7 +80,7 @@ void write_token_file(const std::string& path, const std::vector<uint16_t>& toke
   TS_CHECK_ERRNO(ConfigError, fd, "cannot create token file ", tmp,
                  " (does the output directory exist and is it writable?)");
   {
-    FdCloser closer{fd};
+    core::FdGuard closer(fd);
     int32_t header[kTokenFileHeaderInts] = {};
     header[0] = kTokenFileMagic;
     header[1] = kTokenFileVersion;

@@ -66,24 +66,29 @@ std::unique_ptr<State> load_adam_like(const Lookup& in, const std::string& base,
   return s;
 }
 
+enum class Kind { kAdam, kAdamW, kSgd };
+
+Kind kind_of(torch::optim::Optimizer& optimizer) {
+  if (dynamic_cast<torch::optim::Adam*>(&optimizer)) return Kind::kAdam;
+  if (dynamic_cast<torch::optim::AdamW*>(&optimizer)) return Kind::kAdamW;
+  if (dynamic_cast<torch::optim::SGD*>(&optimizer)) return Kind::kSgd;
+  TS_THROW(CheckpointError, "checkpointing supports the Adam, AdamW and SGD optimizers only");
+}
+
 }  // namespace
 
 NamedTensors optimizer_state(torch::optim::Optimizer& optimizer, const NamedParams& params,
                              const std::string& prefix) {
   NamedTensors out;
   auto& state = optimizer.state();
-  const bool adam = dynamic_cast<torch::optim::Adam*>(&optimizer) != nullptr;
-  const bool adamw = dynamic_cast<torch::optim::AdamW*>(&optimizer) != nullptr;
-  const bool sgd = dynamic_cast<torch::optim::SGD*>(&optimizer) != nullptr;
-  TS_CHECK_T(CheckpointError, adam || adamw || sgd,
-             "checkpointing supports the Adam, AdamW and SGD optimizers only");
+  const Kind kind = kind_of(optimizer);
   for (size_t i = 0; i < params.params.size(); ++i) {
     auto it = state.find(state_key(params.params[i]));
     if (it == state.end()) continue;
     const std::string base = prefix + params.names[i] + ".";
-    if (adam) {
+    if (kind == Kind::kAdam) {
       save_adam_like(static_cast<torch::optim::AdamParamState&>(*it->second), base, out);
-    } else if (adamw) {
+    } else if (kind == Kind::kAdamW) {
       save_adam_like(static_cast<torch::optim::AdamWParamState&>(*it->second), base, out);
     } else {
       auto& s = static_cast<torch::optim::SGDParamState&>(*it->second);
@@ -99,20 +104,16 @@ void load_optimizer_state(torch::optim::Optimizer& optimizer, const NamedParams&
                           const NamedTensors& tensors, const std::string& prefix) {
   const Lookup in(tensors);
   auto& state = optimizer.state();
-  const bool adam = dynamic_cast<torch::optim::Adam*>(&optimizer) != nullptr;
-  const bool adamw = dynamic_cast<torch::optim::AdamW*>(&optimizer) != nullptr;
-  const bool sgd = dynamic_cast<torch::optim::SGD*>(&optimizer) != nullptr;
-  TS_CHECK_T(CheckpointError, adam || adamw || sgd,
-             "checkpointing supports the Adam, AdamW and SGD optimizers only");
+  const Kind kind = kind_of(optimizer);
   at::NoGradGuard no_grad;
   for (size_t i = 0; i < params.params.size(); ++i) {
     const at::Tensor& p = params.params[i];
     const std::string base = prefix + params.names[i] + ".";
     const std::string key = state_key(p);
     state.erase(key);
-    if (adam || adamw) {
+    if (kind != Kind::kSgd) {
       if (!in.find(base + "step")) continue;  // no step taken for this parameter
-      if (adam) {
+      if (kind == Kind::kAdam) {
         state[key] = load_adam_like<torch::optim::AdamParamState>(in, base, p);
       } else {
         state[key] = load_adam_like<torch::optim::AdamWParamState>(in, base, p);
