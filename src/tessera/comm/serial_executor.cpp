@@ -1,11 +1,22 @@
 #include "tessera/comm/serial_executor.h"
 
 #include <pthread.h>
+#include <sched.h>
 
 namespace tessera::comm {
 
 SerialExecutor::SerialExecutor(std::string name) : name_(std::move(name)) {
-  thread_ = std::thread([this] { loop(); });
+  thread_ = std::thread([this] {
+    // SCHED_BATCH: a woken executor does not preempt the thread that woke it.
+    // Otherwise the wake-up on submit() lands on the submitter's CPU and stops
+    // it just before it would run the op itself in wait() (run_until), which
+    // doubled small-message latency on a busy host. The thread still gets its
+    // fair share of CPU, so ops nobody waits for make progress as before.
+    // Best effort: failure leaves the default policy.
+    sched_param param{};
+    pthread_setschedparam(pthread_self(), SCHED_BATCH, &param);
+    loop();
+  });
   // Thread names show up in gdb and top; Linux limits them to 15 characters.
   pthread_setname_np(thread_.native_handle(), name_.substr(0, 15).c_str());
 }
