@@ -18,23 +18,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "parse_bytes.h"
+
 static double now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static long long parse_bytes(const char* s) {
-  char* end = NULL;
-  long long v = strtoll(s, &end, 10);
-  if (end == s || v <= 0) return -1;
-  switch (*end) {
-    case '\0': return v;
-    case 'k': case 'K': return v << 10;
-    case 'm': case 'M': return v << 20;
-    case 'g': case 'G': return v << 30;
-    default: return -1;
-  }
 }
 
 /* Seconds one process takes for `iters` copies of `bytes`, after warming up. */

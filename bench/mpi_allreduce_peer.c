@@ -17,30 +17,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "parse_bytes.h"
+
 static void die(int rank, const char* msg, const char* arg) {
   if (rank == 0) fprintf(stderr, "mpi_allreduce_peer: error: %s%s\n", msg, arg ? arg : "");
   MPI_Finalize();
   exit(2);
-}
-
-/* "1024", "1K", "32M", "1MB", "2GiB" -> bytes (binary multiples); -1 when malformed. */
-static long long parse_bytes(const char* s) {
-  char* end = NULL;
-  long long v = strtoll(s, &end, 10);
-  if (end == s || v < 0) return -1;
-  long long mult = 1;
-  switch (*end) {
-    case '\0': return v;
-    case 'k': case 'K': mult = 1LL << 10; break;
-    case 'm': case 'M': mult = 1LL << 20; break;
-    case 'g': case 'G': mult = 1LL << 30; break;
-    case 'b': case 'B': mult = 1; break;
-    default: return -1;
-  }
-  ++end;
-  if (*end == 'i') ++end;
-  if (*end == 'b' || *end == 'B') ++end;
-  return *end == '\0' ? v * mult : -1;
 }
 
 static int cmp_double(const void* a, const void* b) {

@@ -37,22 +37,18 @@ def main():
         if check not in ("ok", "-"):
             failed.add((backend, size))
 
-    for path in glob.glob(os.path.join(out_dir, "tessera.*.json")):
-        for r in json.load(open(path))["rows"]:
-            add(r["backend"], r["size"], r["time_us"], r["busbw_gbps"], r["check"])
-    for path in glob.glob(os.path.join(out_dir, "mpi_backend.*.json")):
-        for r in json.load(open(path))["rows"]:
-            add("mpi", r["size"], r["time_us"], r["busbw_gbps"], r["check"])
-    for path in glob.glob(os.path.join(out_dir, "mpi_peer.*.txt")):
-        for line in open(path):
-            f = line.split()
-            if len(f) >= 6 and f[0].isdigit():
-                add("MPI_Allreduce", int(f[0]), float(f[2]), float(f[4]), f[5])
-    for path in glob.glob(os.path.join(out_dir, "torch_peer.*.txt")):
-        for line in open(path):
-            f = line.split()
-            if len(f) >= 6 and f[0].isdigit():
-                add("torch gloo", int(f[0]), float(f[2]), float(f[4]), f[5])
+    # tessera bench --json rows; the mpi backend ran in its own job.
+    for pattern in ("tessera.*.json", "mpi_backend.*.json"):
+        for path in glob.glob(os.path.join(out_dir, pattern)):
+            for r in json.load(open(path))["rows"]:
+                add(r["backend"], r["size"], r["time_us"], r["busbw_gbps"], r["check"])
+    # The peers print "size count time_us algbw busbw check" rows.
+    for pattern, name in (("mpi_peer.*.txt", "MPI_Allreduce"), ("torch_peer.*.txt", "torch gloo")):
+        for path in glob.glob(os.path.join(out_dir, pattern)):
+            for line in open(path):
+                f = line.split()
+                if len(f) >= 6 and f[0].isdigit():
+                    add(name, int(f[0]), float(f[2]), float(f[4]), f[5])
     copy = {}
     for path in glob.glob(os.path.join(out_dir, "memcpy.*.txt")):
         for line in open(path):

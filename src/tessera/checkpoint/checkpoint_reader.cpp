@@ -145,11 +145,12 @@ std::optional<std::string> latest_checkpoint(const std::string& dir) {
   return std::nullopt;
 }
 
-const at::Tensor& find_tensor(const NamedTensors& tensors, const std::string& name) {
+const at::Tensor& find_tensor(const NamedTensors& tensors, const std::string& name,
+                              const std::string& hint) {
   for (const auto& t : tensors) {
     if (t.first == name) return t.second;
   }
-  TS_THROW(CheckpointError, "checkpoint has no tensor named '", name, "'");
+  TS_THROW(CheckpointError, "checkpoint has no tensor named '", name, "'", hint);
 }
 
 }  // namespace tessera::checkpoint

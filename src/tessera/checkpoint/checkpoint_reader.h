@@ -60,7 +60,9 @@ std::optional<std::string> latest_checkpoint(const std::string& dir);
 // Committed step numbers under dir (those with a manifest), ascending; unverified.
 std::vector<int64_t> list_steps(const std::string& dir);
 
-// Finds `name` in tensors; CheckpointError naming it when absent.
-const at::Tensor& find_tensor(const NamedTensors& tensors, const std::string& name);
+// Finds `name` in tensors; CheckpointError naming it when absent, followed by
+// `hint` (what the caller needed it for, what to check).
+const at::Tensor& find_tensor(const NamedTensors& tensors, const std::string& name,
+                              const std::string& hint = "");
 
 }  // namespace tessera::checkpoint

@@ -11,7 +11,6 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <filesystem>
-#include <unordered_map>
 
 #include "tessera/checkpoint/checkpoint_reader.h"
 #include "tessera/checkpoint/checkpoint_writer.h"
@@ -54,32 +53,6 @@ std::string resolve_step_dir(const std::string& dir) {
   TS_CHECK_T(CheckpointError, latest.has_value(), "no complete checkpoint in '", dir,
              "' (no step directory with a valid manifest); start without resuming");
   return *latest;
-}
-
-// Every tensor load_module_state and load_optimizer_state will need exists with
-// its parameter's shape; CheckpointError naming the first that does not.
-void check_shapes(torch::nn::Module& module, const NamedParams& trainable,
-                  const checkpoint::NamedTensors& tensors) {
-  std::unordered_map<std::string, const at::Tensor*> by_name;
-  for (const auto& t : tensors) by_name.emplace(t.first, &t.second);
-  auto expect = [&](const std::string& name, const at::Tensor& like) {
-    auto it = by_name.find(name);
-    TS_CHECK_T(CheckpointError, it != by_name.end(), "checkpoint has no tensor '", name,
-               "' that the model needs; was it saved from a different model?");
-    TS_CHECK_T(CheckpointError, it->second->sizes() == like.sizes(), "tensor '", name,
-               "' has shape ", it->second->sizes(), " in the checkpoint but ", like.sizes(),
-               " in the model; check the model config");
-  };
-  for (const auto& p : module.named_parameters(true)) expect(kModelPrefix + p.key(), p.value());
-  for (const auto& b : module.named_buffers(true)) expect(kModelPrefix + b.key(), b.value());
-  for (size_t i = 0; i < trainable.names.size(); ++i) {
-    const std::string base = std::string("optim.") + trainable.names[i] + ".";
-    for (const auto& t : tensors) {
-      if (t.first.rfind(base, 0) != 0 || t.first == base + "step") continue;
-      if (t.first.find('.', base.size()) != std::string::npos) continue;  // a deeper name
-      expect(t.first, trainable.params[i]);
-    }
-  }
 }
 
 }  // namespace
@@ -125,6 +98,7 @@ json Engine::load_checkpoint(const std::string& dir) {
   // Nothing is changed yet, so a failure on any rank leaves every engine intact.
   json metadata;
   checkpoint::NamedTensors replicated;
+  StagedOptimizerState staged_optimizer;
   at::Tensor rng;
   try {
     auto reader = checkpoint::CheckpointReader::open(chosen);
@@ -137,7 +111,8 @@ json Engine::load_checkpoint(const std::string& dir) {
                "' holds state of optimizer ", saved_opt, " but the config asks for ",
                config_.optimizer.type, "; use the config it was trained with");
     replicated = reader.replicated();
-    check_shapes(module(), trainable_, replicated);
+    checkpoint::check_module_state(module(), replicated, kModelPrefix);
+    staged_optimizer = stage_optimizer_state(*optimizer_, trainable_, replicated);
     const int rank = group_->rank();
     if (rank < reader.world_size()) {
       rng = checkpoint::find_tensor(reader.per_rank(rank), kRngName);
@@ -160,7 +135,7 @@ json Engine::load_checkpoint(const std::string& dir) {
              "' (nothing was changed):", failed);
   // Phase 2: copy in place; only the checks above could fail.
   checkpoint::load_module_state(module(), replicated, kModelPrefix);
-  load_optimizer_state(*optimizer_, trainable_, replicated);
+  install_optimizer_state(*optimizer_, std::move(staged_optimizer));
   if (rng.defined()) set_rng_state(rng);
   global_steps_ = metadata.value("global_steps", int64_t{0});
   micro_steps_ = metadata.value("micro_steps", int64_t{0});

@@ -100,30 +100,48 @@ NamedTensors optimizer_state(torch::optim::Optimizer& optimizer, const NamedPara
   return out;
 }
 
-void load_optimizer_state(torch::optim::Optimizer& optimizer, const NamedParams& params,
-                          const NamedTensors& tensors, const std::string& prefix) {
+StagedOptimizerState stage_optimizer_state(torch::optim::Optimizer& optimizer,
+                                           const NamedParams& params,
+                                           const NamedTensors& tensors,
+                                           const std::string& prefix) {
   const Lookup in(tensors);
-  auto& state = optimizer.state();
   const Kind kind = kind_of(optimizer);
   at::NoGradGuard no_grad;
+  StagedOptimizerState staged;
   for (size_t i = 0; i < params.params.size(); ++i) {
     const at::Tensor& p = params.params[i];
     const std::string base = prefix + params.names[i] + ".";
-    const std::string key = state_key(p);
-    state.erase(key);
+    std::unique_ptr<torch::optim::OptimizerParamState> state;
     if (kind != Kind::kSgd) {
-      if (!in.find(base + "step")) continue;  // no step taken for this parameter
-      if (kind == Kind::kAdam) {
-        state[key] = load_adam_like<torch::optim::AdamParamState>(in, base, p);
-      } else {
-        state[key] = load_adam_like<torch::optim::AdamWParamState>(in, base, p);
+      if (in.find(base + "step")) {  // else no step was taken for this parameter
+        if (kind == Kind::kAdam) {
+          state = load_adam_like<torch::optim::AdamParamState>(in, base, p);
+        } else {
+          state = load_adam_like<torch::optim::AdamWParamState>(in, base, p);
+        }
       }
     } else if (in.find(base + "momentum_buffer")) {
-      auto s = std::make_unique<torch::optim::SGDParamState>();
-      s->momentum_buffer(in.like(base + "momentum_buffer", p));
-      state[key] = std::move(s);
+      auto sgd = std::make_unique<torch::optim::SGDParamState>();
+      sgd->momentum_buffer(in.like(base + "momentum_buffer", p));
+      state = std::move(sgd);
     }
+    staged.keys.push_back(state_key(p));
+    staged.states.push_back(std::move(state));
   }
+  return staged;
+}
+
+void install_optimizer_state(torch::optim::Optimizer& optimizer, StagedOptimizerState staged) {
+  auto& state = optimizer.state();
+  for (size_t i = 0; i < staged.keys.size(); ++i) {
+    state.erase(staged.keys[i]);
+    if (staged.states[i]) state[staged.keys[i]] = std::move(staged.states[i]);
+  }
+}
+
+void load_optimizer_state(torch::optim::Optimizer& optimizer, const NamedParams& params,
+                          const NamedTensors& tensors, const std::string& prefix) {
+  install_optimizer_state(optimizer, stage_optimizer_state(optimizer, params, tensors, prefix));
 }
 
 }  // namespace tessera::runtime

@@ -16,6 +16,7 @@
 
 #include <torch/optim/optimizer.h>
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -35,8 +36,24 @@ checkpoint::NamedTensors optimizer_state(torch::optim::Optimizer& optimizer,
                                          const NamedParams& params,
                                          const std::string& prefix = "optim.");
 
-// Replaces the state of `params` with the one in `tensors` (copies). A tensor
-// whose shape differs from its parameter's is a CheckpointError naming it.
+// The state read for every parameter (null: no step taken), validated and
+// copied, but not installed yet.
+struct StagedOptimizerState {
+  std::vector<std::string> keys;  // the optimizer's state keys, one per parameter
+  std::vector<std::unique_ptr<torch::optim::OptimizerParamState>> states;
+};
+
+// Reads and checks the state of `params` from `tensors` without touching the
+// optimizer: a missing tensor or one whose shape differs from its parameter's
+// is a CheckpointError naming it.
+StagedOptimizerState stage_optimizer_state(torch::optim::Optimizer& optimizer,
+                                           const NamedParams& params,
+                                           const checkpoint::NamedTensors& tensors,
+                                           const std::string& prefix = "optim.");
+// Replaces the state of the staged parameters. Cannot fail.
+void install_optimizer_state(torch::optim::Optimizer& optimizer, StagedOptimizerState staged);
+
+// stage + install: on error the optimizer keeps its state.
 void load_optimizer_state(torch::optim::Optimizer& optimizer, const NamedParams& params,
                           const checkpoint::NamedTensors& tensors,
                           const std::string& prefix = "optim.");
