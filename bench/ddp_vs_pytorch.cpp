@@ -1,7 +1,8 @@
 // Step-time benchmark of Tessera's DistributedDataParallel on the reference GPT,
-// run in every worker (`tessera run -n 2 ddp_vs_pytorch STEPS [LAYERS BATCH]`) or
-// alone (one independent single-process run). Prints one line, "median_step_ms <x>", from
-// rank 0; bench/ddp_vs_pytorch.sh puts it next to PyTorch DDP's.
+// run in every worker (`tessera run -n 2 ddp_vs_pytorch STEPS [LAYERS BATCH [composed]]`)
+// or alone (one independent single-process run). Prints one line, "median_step_ms <x>",
+// from rank 0; bench/ddp_vs_pytorch.sh puts it next to PyTorch DDP's. "composed" runs
+// the GPT's attention as the LibTorch composition instead of the fused core.
 //
 // Same model and per-rank batch as bench/ddp_pytorch_peer.py; one intra-op
 // thread per rank; fixed random tokens (data loading is not measured).
@@ -11,6 +12,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "tessera/comm/init.h"
@@ -21,6 +23,7 @@ int main(int argc, char** argv) {
   const int steps = argc > 1 ? std::atoi(argv[1]) : 30;
   const int layers = argc > 2 ? std::atoi(argv[2]) : 4;
   const int batch = argc > 3 ? std::atoi(argv[3]) : 8;
+  const bool composed = argc > 4 && std::string(argv[4]) == "composed";
   const int warmup = 5;
   at::set_num_threads(1);
   tessera::init();
@@ -30,6 +33,7 @@ int main(int argc, char** argv) {
   cfg.n_head = 4;
   cfg.n_embd = 128;
   cfg.block_size = 64;
+  cfg.fused_attention = !composed;
   tessera::models::GPT model(cfg);
   std::unique_ptr<tessera::DistributedDataParallel> ddp;
   if (group->size() > 1) ddp = std::make_unique<tessera::DistributedDataParallel>(model.ptr(), group);

@@ -1,13 +1,16 @@
 // DDP(N ranks as threads over gloo) vs one process on the same global batch:
 // after 10 SGD steps the parameters must match within 1e-5, with and without
-// gradient accumulation (no_sync), with several buckets, and with the fp16/bf16
-// comm hooks within their rounding. Also: a bucket's all_reduce is launched
-// before backward ends (overlap).
+// gradient accumulation (no_sync), with several buckets, for the reference GPT,
+// and with the fp16/bf16 comm hooks within their rounding. Also: a bucket's
+// all_reduce is launched before backward ends (overlap).
 #include <gtest/gtest.h>
 
 #include <mutex>
 
+#include <ATen/CPUGeneratorImpl.h>
+
 #include "ddp_test_util.h"
+#include "tessera/models/gpt.h"
 #include "tessera/comm/backend_registry.h"
 #include "tessera/runtime/ddp/distributed_data_parallel.h"
 #include "testing/thread_ranks.h"
@@ -101,6 +104,46 @@ TEST(DdpParity, FourRanksWithAccumulation) { run_parity({4, 4, CommHook::kNone, 
 // 16-bit wire formats round each averaged gradient: agreement to ~1e-3.
 TEST(DdpParity, Fp16CommHook) { run_parity({2, 1, CommHook::kFp16, 2e-3}); }
 TEST(DdpParity, Bf16CommHook) { run_parity({2, 1, CommHook::kBf16, 2e-2}); }
+
+// The reference GPT with its fused attention core (the model `tessera train` and
+// the benchmark run): 2 ranks x 2 sequences against one process on all 4.
+TEST(DdpParity, GptTwoRanksWithFusedAttention) {
+  models::GPTConfig cfg;
+  cfg.block_size = 24;
+  cfg.n_layer = 2;
+  cfg.n_head = 4;
+  cfg.n_embd = 32;
+  ASSERT_TRUE(cfg.fused_attention);
+  constexpr int64_t kSeqPerRank = 2, kWorld = 2;
+  auto tokens = [&](int64_t step) {
+    auto gen = at::detail::createCPUGenerator(100 + step);
+    return at::randint(256, {kSeqPerRank * kWorld, cfg.block_size + 1}, gen);
+  };
+  auto train = [&](models::GPT& model, int64_t first, int64_t count, auto&& backward) {
+    torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+    for (int64_t s = 0; s < kSteps; ++s) {
+      auto batch = tokens(s).narrow(0, first, count);
+      opt.zero_grad();
+      backward(model->loss(batch.narrow(1, 0, cfg.block_size), batch.narrow(1, 1, cfg.block_size)));
+      opt.step();
+    }
+  };
+  models::GPT ref(cfg);
+  train(ref, 0, kSeqPerRank * kWorld, [](torch::Tensor loss) { loss.backward(); });
+  std::mutex mu;
+  double worst = 0;
+  tessera::testing::run_ranks(kWorld, [&](int rank, int size, auto store) {
+    at::set_num_threads(1);
+    auto group = tessera::testing::make_group(rank, size, store, "gloo");
+    models::GPT model(cfg);
+    DistributedDataParallel ddp(model.ptr(), group);
+    train(model, rank * kSeqPerRank, kSeqPerRank, [](torch::Tensor loss) { loss.backward(); });
+    std::lock_guard<std::mutex> lock(mu);
+    worst = std::max(worst, max_abs_diff(*model, *ref));
+  });
+  std::printf("[parity] GPT, fused attention, world 2: max |diff| %.3g\n", worst);
+  EXPECT_LE(worst, 1e-5);
+}
 
 TEST(DdpOverlap, FirstBucketLaunchesBeforeBackwardEnds) {
   // Six 256x256 layers (256 KiB of weights each), one bucket per layer: the last

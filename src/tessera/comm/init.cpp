@@ -7,6 +7,7 @@
 #include "tessera/comm/base/tcp_store.h"
 #include "tessera/core/check.h"
 #include "tessera/core/env.h"
+#include "tessera/core/host_memory.h"
 #include "tessera/core/logging.h"
 
 namespace tessera {
@@ -49,6 +50,7 @@ void init(const InitOptions& options) {
   if (s.initialized) return;
   LaunchInfo info = LaunchInfo::from_env();
   set_rank_context(info.rank, info.world_size);
+  const HostMemoryPolicy memory = configure_host_memory();
   comm::ProcessGroupOptions pg = comm::ProcessGroupOptions::from_env("default");
   if (!options.backend.empty()) pg.backend = options.backend;
   if (options.timeout_seconds) {
@@ -62,7 +64,8 @@ void init(const InitOptions& options) {
   s.info = info;
   s.initialized = true;
   TS_LOG(DEBUG) << "joined a " << info.world_size << "-rank job started by " << info.launcher
-                << " (backend " << s.group->backend_name() << ")";
+                << " (backend " << s.group->backend_name()
+                << "; host memory: " << memory.description << ")";
 }
 
 bool is_initialized() {

@@ -51,6 +51,9 @@ const std::vector<EnvVar>& registry() {
        "shm backend: bytes per rank and pipeline buffer (the all_reduce chunk); same on every rank"},
       {"TESSERA_GLOO_IFACE", nullptr, "network interface Gloo binds (default: host of MASTER_ADDR)"},
       {"TESSERA_GLOO_HOSTNAME", nullptr, "address Gloo binds and advertises for this rank"},
+      {"TESSERA_HOST_MEMORY_CACHE", "1",
+       "1: malloc keeps freed memory up to 32 MiB per buffer for reuse, so steps do not re-fault "
+       "pages; 0: C library defaults"},
   };
   return vars;
 }

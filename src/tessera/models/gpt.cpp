@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "tessera/core/check.h"
+#include "tessera/models/ops/causal_attention.h"
 
 namespace tessera::models {
 
@@ -23,7 +24,10 @@ void GPTConfig::validate() const {
 }
 
 CausalSelfAttentionImpl::CausalSelfAttentionImpl(const GPTConfig& config)
-    : n_head_(config.n_head), n_embd_(config.n_embd) {
+    : n_head_(config.n_head),
+      n_embd_(config.n_embd),
+      fused_attention_(config.fused_attention),
+      attn_dropout_p_(config.dropout) {
   c_attn = register_module(
       "c_attn",
       torch::nn::Linear(torch::nn::LinearOptions(n_embd_, 3 * n_embd_).bias(config.bias)));
@@ -35,21 +39,31 @@ CausalSelfAttentionImpl::CausalSelfAttentionImpl(const GPTConfig& config)
 
 torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
   const int64_t B = x.size(0), T = x.size(1), C = x.size(2);
-  const int64_t hd = C / n_head_;
-  auto qkv = c_attn(x).split(n_embd_, /*dim=*/2);
+  auto qkv = c_attn(x);
+  const bool dropout_active = is_training() && attn_dropout_p_ > 0;
+  auto y = fused_attention_ && !dropout_active && ops::causal_attention_supports(qkv, n_head_)
+               ? ops::causal_attention(qkv, n_head_)
+               : attend_composed(qkv, B, T);
+  TS_INTERNAL_ASSERT(y.size(2) == C, "attention changed the width");
+  return resid_dropout(c_proj(y));
+}
+
+torch::Tensor CausalSelfAttentionImpl::attend_composed(const torch::Tensor& qkv, int64_t B,
+                                                       int64_t T) {
+  const int64_t C = n_embd_, hd = C / n_head_;
+  auto parts = qkv.split(n_embd_, /*dim=*/2);
   // [B, T, C] -> [B, nh, T, hd]
-  auto q = qkv[0].view({B, T, n_head_, hd}).transpose(1, 2);
-  auto k = qkv[1].view({B, T, n_head_, hd}).transpose(1, 2);
-  auto v = qkv[2].view({B, T, n_head_, hd}).transpose(1, 2);
+  auto q = parts[0].view({B, T, n_head_, hd}).transpose(1, 2);
+  auto k = parts[1].view({B, T, n_head_, hd}).transpose(1, 2);
+  auto v = parts[2].view({B, T, n_head_, hd}).transpose(1, 2);
   auto att = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(hd)));
   // The mask is rebuilt per call rather than registered as a buffer, so it is not
   // part of the state that DDP broadcasts or checkpoints save. T^2 bools: cheap.
   auto future =
-      torch::ones({T, T}, torch::TensorOptions().dtype(torch::kBool).device(x.device())).triu(1);
+      torch::ones({T, T}, torch::TensorOptions().dtype(torch::kBool).device(qkv.device())).triu(1);
   att = att.masked_fill(future, -std::numeric_limits<float>::infinity());
   att = attn_dropout(torch::softmax(att, -1));
-  auto y = torch::matmul(att, v).transpose(1, 2).contiguous().view({B, T, C});
-  return resid_dropout(c_proj(y));
+  return torch::matmul(att, v).transpose(1, 2).contiguous().view({B, T, C});
 }
 
 GPTMLPImpl::GPTMLPImpl(const GPTConfig& config) {

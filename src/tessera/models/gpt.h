@@ -30,6 +30,10 @@ struct GPTConfig {
   int64_t n_embd = 64;  // must be divisible by n_head
   double dropout = 0.0;
   bool bias = true;      // biases in Linear and LayerNorm layers
+  // Tessera's fused CPU attention core (models/ops/causal_attention.h) where it
+  // applies: float32 on CPU, and no attention dropout while training. false
+  // always runs the LibTorch composition. Same math either way, to float ulps.
+  bool fused_attention = true;
   uint64_t seed = 1337;  // weight initialization seed
   // ConfigError naming the field when a value is out of range.
   void validate() const;
@@ -48,8 +52,13 @@ class CausalSelfAttentionImpl : public torch::nn::Module {
   torch::nn::Dropout attn_dropout{nullptr}, resid_dropout{nullptr};
 
  private:
+  // The matmul/mask/softmax composition: any dtype and device, attention dropout.
+  torch::Tensor attend_composed(const torch::Tensor& qkv, int64_t B, int64_t T);
+
   int64_t n_head_;
   int64_t n_embd_;
+  bool fused_attention_;
+  double attn_dropout_p_;
 };
 TORCH_MODULE(CausalSelfAttention);
 

@@ -45,13 +45,15 @@ TrainSettings TrainSettings::from_config(const runtime::Config& cfg) {
   TrainSettings s;
   const auto& m = cfg.model;
   check_known_keys(m, {"vocab_size", "block_size", "n_layer", "n_head", "n_embd", "dropout",
-                       "bias", "seed"}, "model");
+                       "bias", "fused_attention", "seed"}, "model");
   s.model.block_size = read_positive_int(m, "block_size", "model", s.model.block_size);
   s.model.n_layer = read_positive_int(m, "n_layer", "model", s.model.n_layer);
   s.model.n_head = read_positive_int(m, "n_head", "model", s.model.n_head);
   s.model.n_embd = read_positive_int(m, "n_embd", "model", s.model.n_embd);
   s.model.dropout = read_number(m, "dropout", "model", s.model.dropout);
   s.model.bias = read_bool(m, "bias", "model", s.model.bias);
+  s.model.fused_attention =
+      read_bool(m, "fused_attention", "model", s.model.fused_attention);
   s.model.seed = static_cast<uint64_t>(read_int(m, "seed", "model", static_cast<int64_t>(cfg.seed)));
 
   const auto& d = cfg.data;
