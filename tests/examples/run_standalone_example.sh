@@ -13,7 +13,8 @@ cmake -S "$src/examples/ddp_mlp" -B "$work/build" "${generator[@]}" \
   || { cat "$work/configure.log"; echo "FAIL: the example does not configure"; exit 1; }
 cmake --build "$work/build" > "$work/build.log" 2>&1 \
   || { tail -30 "$work/build.log"; echo "FAIL: the example does not build"; exit 1; }
-(cd "$src/examples/ddp_mlp" && "$tessera" run -n 2 "$work/build/train_mlp" ds_config.json) \
+# Run in the scratch directory: the example writes its checkpoint to the cwd.
+(cd "$work" && "$tessera" run -n 2 "$work/build/train_mlp" "$src/examples/ddp_mlp/ds_config.json") \
   > "$work/run.log" 2>&1 || { cat "$work/run.log"; echo "FAIL: the example run failed"; exit 1; }
 losses=$(grep -o 'loss [0-9.e+-]*' "$work/run.log" | awk '{print $2}')
 first=$(head -1 <<< "$losses")

@@ -10,6 +10,7 @@
 #include "tessera/checkpoint/checkpoint_reader.h"
 #include "tessera/checkpoint/crc32c.h"
 #include "tessera/checkpoint/tensor_file.h"
+#include "tessera/core/atomic_file.h"
 #include "tessera/core/check.h"
 #include "tessera/core/logging.h"
 
@@ -109,9 +110,9 @@ std::string CheckpointWriter::save(int64_t step, const CheckpointState& state) {
                  ec.message());
       if (fs::exists(sdir + "/" + kManifestName)) {
         fs::remove(sdir + "/" + kManifestName);
-        if (options_.fsync) fsync_dir(sdir);
+        if (options_.fsync) core::fsync_directory<CheckpointError>(sdir);
       }
-      if (options_.fsync) fsync_dir(dir_);
+      if (options_.fsync) core::fsync_directory<CheckpointError>(dir_);
     } catch (const std::exception& e) {
       prep_error = e.what();
     }

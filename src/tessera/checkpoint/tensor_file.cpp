@@ -5,16 +5,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cstring>
-#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 
 #include "tessera/checkpoint/crc32c.h"
+#include "tessera/core/atomic_file.h"
 #include "tessera/core/check.h"
-#include "tessera/core/file_io.h"
 
 namespace tessera::checkpoint {
 
@@ -50,46 +48,13 @@ void write_all(int fd, const void* data, size_t size, const std::string& path) {
   }
 }
 
-// Runs write_body on a temp file next to path, fsyncs, renames it over path.
-template <typename WriteFn>
-void write_atomically(const std::string& path, bool do_fsync, WriteFn&& write_body) {
-  // pid + a process-wide counter: unique even when ranks run as threads.
-  static std::atomic<uint64_t> counter{0};
-  const std::string tmp =
-      path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter.fetch_add(1));
-  {
-    Fd f;
-    f.fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    TS_CHECK_ERRNO(CheckpointError, f.fd, "cannot create checkpoint file ", tmp);
-    try {
-      write_body(f.fd, tmp);
-      if (do_fsync) TS_CHECK_ERRNO(CheckpointError, ::fsync(f.fd), "cannot fsync ", tmp);
-    } catch (...) {
-      ::unlink(tmp.c_str());
-      throw;
-    }
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    int err = errno;
-    ::unlink(tmp.c_str());
-    TS_THROW(CheckpointError, "cannot rename ", tmp, " to ", path, ": ", std::strerror(err));
-  }
-  if (do_fsync) fsync_dir(std::filesystem::path(path).parent_path().string());
-}
-
 }  // namespace
 
-void fsync_dir(const std::string& dir) {
-  Fd f;
-  f.fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  TS_CHECK_ERRNO(CheckpointError, f.fd, "cannot open directory ", dir, " to fsync it");
-  TS_CHECK_ERRNO(CheckpointError, ::fsync(f.fd), "cannot fsync directory ", dir);
-}
-
 void write_file_atomic(const std::string& path, const std::string& contents, bool do_fsync) {
-  write_atomically(path, do_fsync, [&](int fd, const std::string& tmp) {
-    write_all(fd, contents.data(), contents.size(), tmp);
-  });
+  core::replace_file_atomically<CheckpointError>(
+      path, "checkpoint file", do_fsync, [&](int fd, const std::string& tmp) {
+        write_all(fd, contents.data(), contents.size(), tmp);
+      });
 }
 
 WrittenFile write_tensor_file(const std::string& path,
@@ -136,29 +101,30 @@ WrittenFile write_tensor_file(const std::string& path,
   std::string index = index_json();
   index.resize(index_len, ' ');  // pad to the reserved length (JSON allows trailing spaces)
   uint32_t crc = 0;
-  write_atomically(path, do_fsync, [&](int fd, const std::string& tmp) {
-    std::string head(kMagic, 8);
-    uint64_t len = index_len;
-    head.append(reinterpret_cast<const char*>(&len), 8);
-    head += index;
-    head.resize(align_up(head.size()), '\0');
-    write_all(fd, head.data(), head.size(), tmp);
-    crc = crc32c_extend(crc, head.data(), head.size());
-    uint64_t pos = head.size();
-    for (size_t i = 0; i < cpu.size(); ++i) {
-      const auto& e = out.tensors[i];
-      if (pos < e.offset) {
-        std::string pad(e.offset - pos, '\0');
-        write_all(fd, pad.data(), pad.size(), tmp);
-        crc = crc32c_extend(crc, pad.data(), pad.size());
-        pos = e.offset;
-      }
-      write_all(fd, cpu[i].data_ptr(), e.nbytes, tmp);
-      crc = crc32c_extend(crc, cpu[i].data_ptr(), e.nbytes);
-      pos += e.nbytes;
-    }
-    out.size = pos;
-  });
+  core::replace_file_atomically<CheckpointError>(
+      path, "checkpoint file", do_fsync, [&](int fd, const std::string& tmp) {
+        std::string head(kMagic, 8);
+        uint64_t len = index_len;
+        head.append(reinterpret_cast<const char*>(&len), 8);
+        head += index;
+        head.resize(align_up(head.size()), '\0');
+        write_all(fd, head.data(), head.size(), tmp);
+        crc = crc32c_extend(crc, head.data(), head.size());
+        uint64_t pos = head.size();
+        for (size_t i = 0; i < cpu.size(); ++i) {
+          const auto& e = out.tensors[i];
+          if (pos < e.offset) {
+            std::string pad(e.offset - pos, '\0');
+            write_all(fd, pad.data(), pad.size(), tmp);
+            crc = crc32c_extend(crc, pad.data(), pad.size());
+            pos = e.offset;
+          }
+          write_all(fd, cpu[i].data_ptr(), e.nbytes, tmp);
+          crc = crc32c_extend(crc, cpu[i].data_ptr(), e.nbytes);
+          pos += e.nbytes;
+        }
+        out.size = pos;
+      });
   out.crc = crc;
   return out;
 }

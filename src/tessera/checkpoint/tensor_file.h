@@ -45,7 +45,5 @@ at::Tensor tensor_from_bytes(const std::string& bytes, const TensorEntry& entry,
 std::string read_file_bytes(const std::string& path);
 // Atomic small-file replace: temp + fsync + rename + fsync of the directory.
 void write_file_atomic(const std::string& path, const std::string& contents, bool do_fsync);
-// fsync a directory so a rename inside it is durable.
-void fsync_dir(const std::string& dir);
 
 }  // namespace tessera::checkpoint

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "tessera/core/atomic_file.h"
 #include "tessera/core/check.h"
 #include "tessera/core/file_io.h"
 
@@ -75,25 +76,15 @@ void TokenFileDataset::copy_tokens(int64_t start, int64_t count, int64_t* out) c
 void write_token_file(const std::string& path, const std::vector<uint16_t>& tokens) {
   TS_CHECK_T(ConfigError, tokens.size() <= 0x7fffffffu, "cannot write ", tokens.size(),
              " tokens to ", path, ": the llm.c header holds at most 2^31-1");
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  TS_CHECK_ERRNO(ConfigError, fd, "cannot create token file ", tmp,
-                 " (does the output directory exist and is it writable?)");
-  {
-    core::FdGuard closer(fd);
-    int32_t header[kTokenFileHeaderInts] = {};
-    header[0] = kTokenFileMagic;
-    header[1] = kTokenFileVersion;
-    header[2] = static_cast<int32_t>(tokens.size());
-    write_all(fd, header, sizeof(header), tmp);
-    write_all(fd, tokens.data(), tokens.size() * sizeof(uint16_t), tmp);
-    TS_CHECK_ERRNO(ConfigError, ::fsync(fd), "cannot fsync token file ", tmp);
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    int err = errno;
-    ::unlink(tmp.c_str());
-    TS_THROW(ConfigError, "cannot rename ", tmp, " to ", path, ": ", std::strerror(err));
-  }
+  core::replace_file_atomically<ConfigError>(
+      path, "token file", /*do_fsync=*/true, [&](int fd, const std::string& tmp) {
+        int32_t header[kTokenFileHeaderInts] = {};
+        header[0] = kTokenFileMagic;
+        header[1] = kTokenFileVersion;
+        header[2] = static_cast<int32_t>(tokens.size());
+        write_all(fd, header, sizeof(header), tmp);
+        write_all(fd, tokens.data(), tokens.size() * sizeof(uint16_t), tmp);
+      });
 }
 
 }  // namespace tessera::data

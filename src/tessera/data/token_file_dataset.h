@@ -46,8 +46,8 @@ class TokenFileDataset : public TokenDataset {
   int64_t num_tokens_ = 0;
 };
 
-// Writes tokens as an llm.c .bin file: to `path`.tmp.<pid>, fsync, then rename, so
-// a reader never sees a partial file. ConfigError naming the path on I/O failure.
+// Writes tokens as an llm.c .bin file through a temp file, fsync and rename, so a
+// reader never sees a partial file. ConfigError naming the path on I/O failure.
 void write_token_file(const std::string& path, const std::vector<uint16_t>& tokens);
 
 }  // namespace tessera::data

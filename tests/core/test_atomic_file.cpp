@@ -1,0 +1,73 @@
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+#include "tessera/core/atomic_file.h"
+
+namespace tessera {
+namespace {
+
+namespace fs = std::filesystem;
+
+class AtomicFile : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("tessera_atomic_" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string read(const fs::path& p) {
+    std::ifstream in(p);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  }
+  void replace(const fs::path& p, const std::string& text) {
+    core::replace_file_atomically<ConfigError>(
+        p.string(), "test file", true, [&](int fd, const std::string&) {
+          ASSERT_EQ(core::write_fully(fd, text.data(), text.size()), 0);
+        });
+  }
+  int entries() { return std::distance(fs::directory_iterator(dir_), fs::directory_iterator()); }
+
+  fs::path dir_;
+};
+
+TEST_F(AtomicFile, ReplacesTheWholeFileAndLeavesNoTempBehind) {
+  replace(dir_ / "f", "first");
+  replace(dir_ / "f", "second, longer");
+  EXPECT_EQ(read(dir_ / "f"), "second, longer");
+  EXPECT_EQ(entries(), 1);
+}
+
+TEST_F(AtomicFile, AFailedWriteKeepsTheOldContents) {
+  replace(dir_ / "f", "good");
+  EXPECT_THROW(core::replace_file_atomically<ConfigError>(
+                   (dir_ / "f").string(), "test file", true,
+                   [&](int fd, const std::string&) {
+                     ASSERT_EQ(core::write_fully(fd, "partial", 7), 0);
+                     throw std::runtime_error("disk went away");
+                   }),
+               std::runtime_error);
+  EXPECT_EQ(read(dir_ / "f"), "good");
+  EXPECT_EQ(entries(), 1) << "the temp file of the failed write was left behind";
+}
+
+TEST_F(AtomicFile, AMissingDirectoryIsNamedInTheCallersErrorType) {
+  try {
+    replace(dir_ / "no_such_dir" / "f", "x");
+    FAIL() << "no throw";
+  } catch (const ConfigError& e) {
+    std::string msg = e.what();
+    EXPECT_NE(msg.find("cannot create test file"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("no_such_dir"), std::string::npos) << msg;
+  }
+}
+
+}  // namespace
+}  // namespace tessera
