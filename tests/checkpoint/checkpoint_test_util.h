@@ -3,29 +3,16 @@
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
-#include <unistd.h>
 
-#include <filesystem>
 #include <string>
 
 #include "tessera/checkpoint/checkpoint_reader.h"
 #include "tessera/checkpoint/checkpoint_writer.h"
+#include "testing/files.h"
 
 namespace tessera::checkpoint::test {
 
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/tessera_ckpt_XXXXXX";
-    if (mkdtemp(tmpl) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = tmpl;
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using TempDir = tessera::testing::TempDir;
 
 // Deterministic state for (step, rank): values differ per step and per rank.
 inline CheckpointState make_state(int64_t step, int rank) {

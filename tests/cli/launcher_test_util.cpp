@@ -5,9 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
-#include <filesystem>
 #include <sstream>
-#include <stdexcept>
 #include <thread>
 
 namespace tessera::testing {
@@ -15,17 +13,6 @@ namespace tessera::testing {
 std::string unique_marker(const std::string& tag) {
   static std::atomic<int> counter{0};
   return "tlmark_" + std::to_string(getpid()) + "_" + std::to_string(counter++) + "_" + tag;
-}
-
-TempDir::TempDir() {
-  char tmpl[] = "/tmp/tessera_cli_XXXXXX";
-  if (mkdtemp(tmpl) == nullptr) throw std::runtime_error("mkdtemp failed");
-  path_ = tmpl;
-}
-
-TempDir::~TempDir() {
-  std::error_code ec;
-  std::filesystem::remove_all(path_, ec);
 }
 
 int wait_for_no_processes(const std::string& needle, double seconds) {

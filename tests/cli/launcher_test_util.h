@@ -3,6 +3,7 @@
 
 #include <string>
 
+#include "testing/files.h"
 #include "testing/subprocess.h"
 
 namespace tessera::testing {
@@ -10,17 +11,6 @@ namespace tessera::testing {
 // A string unique to this test process and call, put on workers' command lines
 // so count_processes() finds exactly the processes a test started.
 std::string unique_marker(const std::string& tag);
-
-// A fresh empty directory under /tmp, removed by the destructor.
-class TempDir {
- public:
-  TempDir();
-  ~TempDir();
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 // Polls count_processes(needle) until it is 0 or `seconds` pass; returns the last count.
 int wait_for_no_processes(const std::string& needle, double seconds);

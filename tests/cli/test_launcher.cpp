@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <sstream>
 
@@ -116,14 +115,13 @@ TEST(Launcher, LogDirHoldsEachRanksLines) {
   auto r = run_command(launch_line("-n 2 --log-dir " + logs, m, "out hello err oops"), 30);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   for (int rank = 0; rank < 2; ++rank) {
-    std::ifstream f(logs + "/rank_" + std::to_string(rank) + ".log");
-    ASSERT_TRUE(f.good()) << "missing rank_" << rank << ".log";
-    std::stringstream ss;
-    ss << f.rdbuf();
+    const std::string log = logs + "/rank_" + std::to_string(rank) + ".log";
+    ASSERT_TRUE(std::filesystem::exists(log)) << "missing rank_" << rank << ".log";
+    const std::string text = read_text_file(log);
     std::string p = "[rank " + std::to_string(rank) + "] ";
-    EXPECT_NE(ss.str().find(p + "hello\n"), std::string::npos) << ss.str();
-    EXPECT_NE(ss.str().find(p + "oops\n"), std::string::npos) << ss.str();
-    EXPECT_EQ(ss.str().find("[rank " + std::to_string(1 - rank) + "]"), std::string::npos);
+    EXPECT_NE(text.find(p + "hello\n"), std::string::npos) << text;
+    EXPECT_NE(text.find(p + "oops\n"), std::string::npos) << text;
+    EXPECT_EQ(text.find("[rank " + std::to_string(1 - rank) + "]"), std::string::npos);
   }
 }
 

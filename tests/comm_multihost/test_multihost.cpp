@@ -16,12 +16,12 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "testing/files.h"
 #include "testing/subprocess.h"
 
 namespace tessera::testing {
@@ -58,13 +58,6 @@ class NetnsHosts {
   std::string prefix_;
   int n_;
 };
-
-std::string read_file(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
 
 // Values of the lines "[rank r] KEY<value>" of `log`, one per line found.
 std::vector<std::string> rank_values(const std::string& log, int rank, const std::string& key) {
@@ -126,9 +119,8 @@ std::string job_command(const NetnsHosts& hosts, const std::string& dir, const s
 JobOutcome run_job(const std::string& prefix, const std::string& marker,
                    const std::string& extra_env) {
   JobOutcome out;
-  char dir_template[] = "/tmp/tessera_multihost_XXXXXX";
-  if (mkdtemp(dir_template) == nullptr) throw std::runtime_error("mkdtemp failed");
-  const std::string dir = dir_template;
+  TempDir tmp("multihost");
+  const std::string& dir = tmp.path();
   {
     NetnsHosts hosts(prefix, kNodes);
     CommandResult up = hosts.up();
@@ -141,9 +133,8 @@ JobOutcome run_job(const std::string& prefix, const std::string& marker,
     out.shell = run_command(job_command(hosts, dir, marker, extra_env), kJobTimeoutSeconds);
   }
   for (int node = 0; node < kNodes; ++node) {
-    out.logs[node] = read_file(dir + "/node" + std::to_string(node) + ".log");
+    out.logs[node] = read_text_file(dir + "/node" + std::to_string(node) + ".log");
   }
-  run_command("rm -rf " + dir, 10);
   size_t at = out.shell.output.find("node_exits ");
   if (at != std::string::npos) {
     std::istringstream(out.shell.output.substr(at + 11)) >> out.exit_codes[0] >> out.exit_codes[1];

@@ -1,11 +1,10 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <stdexcept>
 
 #include "tessera/core/atomic_file.h"
+#include "testing/files.h"
 
 namespace tessera {
 namespace {
@@ -14,19 +13,7 @@ namespace fs = std::filesystem;
 
 class AtomicFile : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("tessera_atomic_" + std::to_string(::getpid()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  std::string read(const fs::path& p) {
-    std::ifstream in(p);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-  }
+  std::string read(const fs::path& p) { return testing::read_text_file(p.string()); }
   void replace(const fs::path& p, const std::string& text) {
     core::replace_file_atomically<ConfigError>(
         p.string(), "test file", true, [&](int fd, const std::string&) {
@@ -35,7 +22,8 @@ class AtomicFile : public ::testing::Test {
   }
   int entries() { return std::distance(fs::directory_iterator(dir_), fs::directory_iterator()); }
 
-  fs::path dir_;
+  testing::TempDir tmp_{"atomic"};
+  fs::path dir_{tmp_.path()};
 };
 
 TEST_F(AtomicFile, ReplacesTheWholeFileAndLeavesNoTempBehind) {

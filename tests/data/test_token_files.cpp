@@ -1,7 +1,6 @@
 // Token files (llm.c .bin): write/mmap round trip, validation errors naming the
 // file, byte-text datasets, and `tessera data prepare` end to end.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -10,6 +9,7 @@
 #include "tessera/data/byte_text_dataset.h"
 #include "tessera/data/text_to_tokens.h"
 #include "tessera/data/token_file_dataset.h"
+#include "testing/files.h"
 #include "testing/subprocess.h"
 
 namespace tessera::data {
@@ -19,13 +19,7 @@ namespace fs = std::filesystem;
 
 class TokenFiles : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/tessera_data_XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(const std::string& name) const { return dir_ + "/" + name; }
+  std::string path(const std::string& name) const { return dir_.path() + "/" + name; }
   void write(const std::string& name, const std::string& text) const {
     fs::create_directories(fs::path(path(name)).parent_path());
     std::ofstream(path(name), std::ios::binary) << text;
@@ -42,7 +36,7 @@ class TokenFiles : public ::testing::Test {
       EXPECT_NE(msg.find(what), std::string::npos) << msg;
     }
   }
-  std::string dir_;
+  testing::TempDir dir_{"data"};
 };
 
 TEST_F(TokenFiles, RoundTripThroughMmap) {
@@ -134,7 +128,7 @@ TEST_F(TokenFiles, PrepareWritesTrainAndValTokenFiles) {
     back.push_back(static_cast<char>(train.tokens()[i]));
   for (int64_t i = 0; i < val.num_tokens(); ++i) back.push_back(static_cast<char>(val.tokens()[i]));
   EXPECT_EQ(back, text);
-  for (const auto& e : fs::directory_iterator(dir_)) {
+  for (const auto& e : fs::directory_iterator(dir_.path())) {
     EXPECT_EQ(e.path().string().find(".tmp."), std::string::npos) << "temp file left behind";
   }
   o.val_output.clear();

@@ -2,20 +2,17 @@
 // initialized GPT produces identical logits.
 #include <gtest/gtest.h>
 
-#include <filesystem>
-
 #include "tessera/checkpoint/checkpoint_reader.h"
 #include "tessera/checkpoint/module_state.h"
 #include "tessera/models/gpt.h"
+#include "testing/files.h"
 
 namespace tessera {
 namespace {
 
 TEST(ModuleCheckpoint, GptRoundTrip) {
-  namespace fs = std::filesystem;
-  char tmpl[] = "/tmp/tessera_modckpt_XXXXXX";
-  ASSERT_NE(mkdtemp(tmpl), nullptr);
-  const std::string dir = tmpl;
+  testing::TempDir tmp("modckpt");
+  const std::string& dir = tmp.path();
   models::GPTConfig c;
   c.block_size = 8;
   c.n_embd = 16;
@@ -39,7 +36,6 @@ TEST(ModuleCheckpoint, GptRoundTrip) {
   models::GPT wrong(c);
   EXPECT_THROW(checkpoint::load_module_state(*wrong, reader.replicated(), "model."),
                CheckpointError);
-  fs::remove_all(dir);
 }
 
 }  // namespace

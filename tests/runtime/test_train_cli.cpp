@@ -3,7 +3,6 @@
 // `tessera run` killed with SIGKILL after its step-10 checkpoint and resumed
 // reproduces the straight run's per-step losses, dropout included.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
@@ -11,6 +10,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "testing/files.h"
 #include "testing/subprocess.h"
 
 namespace tessera::testing {
@@ -21,12 +21,9 @@ namespace fs = std::filesystem;
 class TrainCli : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("tessera_train_" + std::to_string(::getpid()));
-    fs::create_directories(dir_);
     std::ofstream text(dir_ / "corpus.txt");
     for (int i = 0; i < 400; ++i) text << "the quick brown fox " << i % 7 << " jumps over the lazy dog.\n";
   }
-  void TearDown() override { fs::remove_all(dir_); }
 
   // A tiny, fast config; `extra` is spliced into the top-level object.
   std::string write_config(const std::string& name, const std::string& extra = "",
@@ -60,7 +57,8 @@ class TrainCli : public ::testing::Test {
     EXPECT_EQ(r.output.find("step "), std::string::npos) << "trained anyway:\n" << r.output;
   }
 
-  fs::path dir_;
+  TempDir tmp_{"train"};
+  fs::path dir_{tmp_.path()};
 };
 
 TEST_F(TrainCli, BadConfigsFailBeforeTraining) {
