@@ -16,9 +16,7 @@ class AtomicFile : public ::testing::Test {
   std::string read(const fs::path& p) { return testing::read_text_file(p.string()); }
   void replace(const fs::path& p, const std::string& text) {
     core::replace_file_atomically<ConfigError>(
-        p.string(), "test file", true, [&](int fd, const std::string&) {
-          ASSERT_EQ(core::write_fully(fd, text.data(), text.size()), 0);
-        });
+        p.string(), "test file", true, [&](const auto& write) { write(text.data(), text.size()); });
   }
   int entries() { return std::distance(fs::directory_iterator(dir_), fs::directory_iterator()); }
 
@@ -35,13 +33,13 @@ TEST_F(AtomicFile, ReplacesTheWholeFileAndLeavesNoTempBehind) {
 
 TEST_F(AtomicFile, AFailedWriteKeepsTheOldContents) {
   replace(dir_ / "f", "good");
-  EXPECT_THROW(core::replace_file_atomically<ConfigError>(
-                   (dir_ / "f").string(), "test file", true,
-                   [&](int fd, const std::string&) {
-                     ASSERT_EQ(core::write_fully(fd, "partial", 7), 0);
-                     throw std::runtime_error("disk went away");
-                   }),
-               std::runtime_error);
+  EXPECT_THROW(
+      core::replace_file_atomically<ConfigError>((dir_ / "f").string(), "test file", true,
+                                                 [&](const auto& write) {
+                                                   write("partial", 7);
+                                                   throw std::runtime_error("disk went away");
+                                                 }),
+      std::runtime_error);
   EXPECT_EQ(read(dir_ / "f"), "good");
   EXPECT_EQ(entries(), 1) << "the temp file of the failed write was left behind";
 }

@@ -41,20 +41,12 @@ std::optional<at::ScalarType> dtype_from_name(const std::string& name) {
 
 using Fd = core::FdGuard;
 
-void write_all(int fd, const void* data, size_t size, const std::string& path) {
-  if (int err = core::write_fully(fd, data, size)) {
-    TS_THROW(CheckpointError, "cannot write checkpoint file ", path, ": ", std::strerror(err),
-             " (disk full or read-only?)");
-  }
-}
-
 }  // namespace
 
 void write_file_atomic(const std::string& path, const std::string& contents, bool do_fsync) {
   core::replace_file_atomically<CheckpointError>(
-      path, "checkpoint file", do_fsync, [&](int fd, const std::string& tmp) {
-        write_all(fd, contents.data(), contents.size(), tmp);
-      });
+      path, "checkpoint file", do_fsync,
+      [&](const auto& write) { write(contents.data(), contents.size()); });
 }
 
 WrittenFile write_tensor_file(const std::string& path,
@@ -102,24 +94,24 @@ WrittenFile write_tensor_file(const std::string& path,
   index.resize(index_len, ' ');  // pad to the reserved length (JSON allows trailing spaces)
   uint32_t crc = 0;
   core::replace_file_atomically<CheckpointError>(
-      path, "checkpoint file", do_fsync, [&](int fd, const std::string& tmp) {
+      path, "checkpoint file", do_fsync, [&](const auto& write) {
         std::string head(kMagic, 8);
         uint64_t len = index_len;
         head.append(reinterpret_cast<const char*>(&len), 8);
         head += index;
         head.resize(align_up(head.size()), '\0');
-        write_all(fd, head.data(), head.size(), tmp);
+        write(head.data(), head.size());
         crc = crc32c_extend(crc, head.data(), head.size());
         uint64_t pos = head.size();
         for (size_t i = 0; i < cpu.size(); ++i) {
           const auto& e = out.tensors[i];
           if (pos < e.offset) {
             std::string pad(e.offset - pos, '\0');
-            write_all(fd, pad.data(), pad.size(), tmp);
+            write(pad.data(), pad.size());
             crc = crc32c_extend(crc, pad.data(), pad.size());
             pos = e.offset;
           }
-          write_all(fd, cpu[i].data_ptr(), e.nbytes, tmp);
+          write(cpu[i].data_ptr(), e.nbytes);
           crc = crc32c_extend(crc, cpu[i].data_ptr(), e.nbytes);
           pos += e.nbytes;
         }

@@ -40,11 +40,13 @@ void fsync_directory(const std::string& dir) {
   }
 }
 
-// Calls write_body(fd, temp_path) to fill a temp file beside `path`, then (with
-// do_fsync) fsyncs it, renames it over `path` and fsyncs the directory. On any
-// failure, including one thrown by write_body, the temp file is removed, `path`
-// keeps its old contents, and the error propagates (as ErrorType when it is ours,
-// its message naming the `kind` of file, e.g. "checkpoint file", and the path).
+// Calls write_body(write) to fill a temp file beside `path`, where
+// write(data, size) appends all `size` bytes or throws ErrorType; then (with
+// do_fsync) fsyncs the temp file, renames it over `path` and fsyncs the
+// directory. On any failure, including one thrown by write_body, the temp file
+// is removed, `path` keeps its old contents, and the error propagates (as
+// ErrorType when it is ours, its message naming the `kind` of file, e.g.
+// "checkpoint file", and the path).
 template <typename ErrorType, typename WriteFn>
 void replace_file_atomically(const std::string& path, const char* kind, bool do_fsync,
                              WriteFn&& write_body) {
@@ -56,8 +58,14 @@ void replace_file_atomically(const std::string& path, const char* kind, bool do_
       throw ErrorType(c10::str("cannot create ", kind, " ", tmp, ": ", std::strerror(err),
                                " (does the directory exist and is it writable?)"));
     }
+    const auto write = [&](const void* data, size_t size) {
+      if (int err = write_fully(f.fd, data, size)) {
+        throw ErrorType(c10::str("cannot write ", kind, " ", tmp, ": ", std::strerror(err),
+                                 " (disk full or read-only?)"));
+      }
+    };
     try {
-      write_body(f.fd, tmp);
+      write_body(write);
       if (do_fsync && ::fsync(f.fd) != 0) {
         int err = errno;
         throw ErrorType(c10::str("cannot fsync ", kind, " ", tmp, ": ", std::strerror(err)));

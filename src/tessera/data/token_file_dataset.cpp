@@ -14,16 +14,6 @@
 
 namespace tessera::data {
 
-namespace {
-
-void write_all(int fd, const void* data, size_t size, const std::string& path) {
-  if (int err = core::write_fully(fd, data, size)) {
-    TS_THROW(ConfigError, "cannot write token file ", path, ": ", std::strerror(err));
-  }
-}
-
-}  // namespace
-
 TokenFileDataset::TokenFileDataset(const std::string& path) : path_(path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   TS_CHECK_ERRNO(ConfigError, fd, "cannot open token file ", path,
@@ -77,13 +67,13 @@ void write_token_file(const std::string& path, const std::vector<uint16_t>& toke
   TS_CHECK_T(ConfigError, tokens.size() <= 0x7fffffffu, "cannot write ", tokens.size(),
              " tokens to ", path, ": the llm.c header holds at most 2^31-1");
   core::replace_file_atomically<ConfigError>(
-      path, "token file", /*do_fsync=*/true, [&](int fd, const std::string& tmp) {
+      path, "token file", /*do_fsync=*/true, [&](const auto& write) {
         int32_t header[kTokenFileHeaderInts] = {};
         header[0] = kTokenFileMagic;
         header[1] = kTokenFileVersion;
         header[2] = static_cast<int32_t>(tokens.size());
-        write_all(fd, header, sizeof(header), tmp);
-        write_all(fd, tokens.data(), tokens.size() * sizeof(uint16_t), tmp);
+        write(header, sizeof(header));
+        write(tokens.data(), tokens.size() * sizeof(uint16_t));
       });
 }
 
