@@ -15,7 +15,8 @@ function(tessera_target_defaults target)
   cmake_parse_arguments(ARG "TORCH" "" "" ${ARGN})
   target_include_directories(${target} PUBLIC
     $<BUILD_INTERFACE:${TESSERA_SRC_DIR}>
-    $<BUILD_INTERFACE:${TESSERA_GENERATED_DIR}>)
+    $<BUILD_INTERFACE:${TESSERA_GENERATED_DIR}>
+    $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
   target_compile_options(${target} PRIVATE -Wall -Wextra -Wno-unused-parameter)
   if(target STREQUAL "tessera_core")
     target_precompile_headers(${target} PRIVATE ${TESSERA_SRC_DIR}/tessera/pch_aten.h)
@@ -28,10 +29,23 @@ function(tessera_target_defaults target)
   endif()
 endfunction()
 
-# tessera_library(NAME SOURCES ... DEPS ... [TORCH])
+# tessera_library(NAME SOURCES ... DEPS ... [TORCH] [STATIC])
+# Shared or static per BUILD_SHARED_LIBS unless STATIC (internal libraries). Every
+# layer is exported as Tessera::<name without "tessera_"> (tessera_comm -> Tessera::comm)
+# and has that alias in the build tree too.
 function(tessera_library name)
-  cmake_parse_arguments(ARG "TORCH" "" "SOURCES;DEPS" ${ARGN})
-  add_library(${name} ${ARG_SOURCES})
+  cmake_parse_arguments(ARG "TORCH;STATIC" "" "SOURCES;DEPS" ${ARGN})
+  if(ARG_STATIC)
+    add_library(${name} STATIC ${ARG_SOURCES})
+  else()
+    add_library(${name} ${ARG_SOURCES})
+  endif()
+  string(REGEX REPLACE "^tessera_" "" export_name ${name})
+  # No <target>_EXPORTS define: every target keeps the flags the shared PCH was built with.
+  set_target_properties(${name} PROPERTIES EXPORT_NAME ${export_name} DEFINE_SYMBOL ""
+                                           VERSION ${PROJECT_VERSION}
+                                           SOVERSION ${PROJECT_VERSION_MAJOR}.${PROJECT_VERSION_MINOR})
+  add_library(Tessera::${export_name} ALIAS ${name})
   target_link_libraries(${name} PUBLIC ${ARG_DEPS})
   if(ARG_TORCH)
     tessera_target_defaults(${name} TORCH)

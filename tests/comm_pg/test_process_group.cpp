@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "comm_pg/store_backend.h"
+#include "tessera/comm/base/memory_store.h"
 #include "tessera/comm/collective_check.h"
 #include "tessera/comm/process_group.h"
 #include "testing/thread_ranks.h"
@@ -158,6 +159,54 @@ TEST(ProcessGroup, StalledRankIsNamedWithinTheTimeout) {
       << message;
   EXPECT_NE(message.find("rank 2 has not joined #2"), std::string::npos) << message;
   EXPECT_LT(waited, 4.0);
+}
+
+// Fix from review: tensors on a device the backend cannot reach (CUDA on a CPU
+// backend) were accepted. A meta tensor stands in for a GPU one on a CPU-only host.
+TEST(ProcessGroup, TensorsOnAnotherDeviceAreRefusedNamingBackendAndDevice) {
+  run_ranks(2, [](int rank, int size, std::shared_ptr<Store> store) {
+    auto pg = group(rank, size, store);
+    const at::Tensor meta = at::empty({4}, at::TensorOptions().device(at::kMeta));
+    try {
+      pg->all_reduce(meta);
+      ADD_FAILURE() << "no error";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("all_reduce: tensor is on device meta but backend "
+                                           "'store' takes CPU tensors only"),
+                std::string::npos) << e.what();
+    }
+    EXPECT_THROW(pg->broadcast(meta, 0), ConfigError);
+    EXPECT_THROW(pg->all_gather_into(at::empty({8}, meta.options()), at::zeros({4})), ConfigError);
+    EXPECT_THROW(pg->send(meta, 1 - rank), ConfigError);
+    at::Tensor t = at::ones({2});
+    pg->all_reduce(t)->wait();  // the group is still usable
+    EXPECT_EQ(t[0].item<float>(), 2.0f);
+  });
+}
+
+// Fix from review: with ranks as threads, errors raised inside a group's ops
+// carried the process-wide rank context, the same for every rank.
+TEST(ProcessGroup, ErrorsOfAnOpNameTheRankThatRanIt) {
+  set_rank_context(0, 2);  // one process-wide context, as init() sets it
+  auto store = std::make_shared<MemoryStore>();
+  std::string message;
+  std::thread ranks[2];
+  std::shared_ptr<ProcessGroup> groups[2];
+  for (int r = 0; r < 2; ++r) {
+    ranks[r] = std::thread([&, r] { groups[r] = group(r, 2, store, /*timeout=*/0.5); });
+  }
+  for (auto& t : ranks) t.join();
+  // Rank 1 waits for a message rank 0 never sends.
+  at::Tensor t = at::zeros({1});
+  try {
+    groups[1]->recv(t, 0)->wait();
+  } catch (const tessera::Error& e) {
+    message = e.what();
+  }
+  groups[0]->shutdown();
+  groups[1]->shutdown();
+  set_rank_context(-1, -1);
+  EXPECT_EQ(message.rfind("[rank 1/2] ", 0), 0u) << message;
 }
 
 }  // namespace

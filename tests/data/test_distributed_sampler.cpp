@@ -39,8 +39,24 @@ TEST(DistributedSampler, ShardsCoverTheDatasetAndPadByWrapping) {
         for (int64_t i = 0; i < n; ++i) {
           EXPECT_GE(all.count(i), 1u) << "index " << i << " missing, n=" << n;
         }
-        // Exactly (total - n) duplicates: the wrapped padding, nothing else.
-        EXPECT_EQ(static_cast<int64_t>(all.size()) - n, per_rank * replicas - n);
+        // Fix from review (the old check compared the total with itself): the
+        // extra copies are exactly the padding, wrapped around the epoch's index
+        // list, so pad = total - n copies spread over the first min(pad, n)
+        // indices of that list, each repeated at most ceil(pad / n) times.
+        const int64_t pad = per_rank * replicas - n;
+        int64_t extra = 0, repeated = 0;
+        for (int64_t i = 0; i < n; ++i) {
+          const int64_t c = static_cast<int64_t>(all.count(i));
+          extra += c - 1;
+          if (c > 1) ++repeated;
+          EXPECT_LE(c - 1, (pad + n - 1) / n) << "index " << i << " n=" << n;
+          // Unshuffled, the list is 0..n-1: the padding repeats its first indices.
+          if (!shuffle) {
+            EXPECT_EQ(c > 1, i < std::min(pad, n)) << "index " << i << " n=" << n;
+          }
+        }
+        EXPECT_EQ(extra, pad) << "n=" << n << " replicas=" << replicas;
+        EXPECT_EQ(repeated, std::min(pad, n)) << "n=" << n << " replicas=" << replicas;
         if (n % replicas == 0) {
           EXPECT_EQ(std::set<int64_t>(all.begin(), all.end()).size(), all.size()) << "overlap";
         }

@@ -38,12 +38,13 @@ TEST(BucketAssignment, EveryParamExactlyOnceAndBigParamAlone) {
     EXPECT_EQ(n, bucket.numel);
   }
   EXPECT_EQ(seen, (std::multiset<size_t>{0, 1, 2, 4, 5}));  // empty param 3 skipped
-  // 5000 floats exceed every cap: its bucket holds nothing launched after it.
-  bool found = false;
-  for (auto& bucket : b) {
-    if (bucket.params.back() == 4) found = true;
-  }
-  EXPECT_TRUE(found);
+  // Fix from review: 5000 and 1000 floats exceed the caps (10 and 100 floats), so
+  // each is alone; the small ones before them close their own buckets first.
+  ASSERT_EQ(b.size(), 4u);
+  EXPECT_EQ(b[0].params, (std::vector<size_t>{5}));
+  EXPECT_EQ(b[1].params, (std::vector<size_t>{4}));
+  EXPECT_EQ(b[2].params, (std::vector<size_t>{2, 1}));
+  EXPECT_EQ(b[3].params, (std::vector<size_t>{0}));
 }
 
 TEST(BucketAssignment, DtypesNeverShareABucket) {

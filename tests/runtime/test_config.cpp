@@ -141,3 +141,65 @@ TEST(Config, MissingFileIsAClearError) {
 
 }  // namespace
 }  // namespace tessera::runtime
+
+namespace tessera::runtime {
+namespace {
+
+// Fix from review: docs/collectives.md and docs/store.md describe comm_timeout.
+TEST(Config, CommTimeoutIsAKnownKey) {
+  auto c = Config::from_string(R"({"train_batch_size": 8, "comm_timeout": 45})");
+  EXPECT_DOUBLE_EQ(c.comm_timeout, 45.0);
+  EXPECT_DOUBLE_EQ(Config::from_string(R"({"train_batch_size": 8})").comm_timeout, 0.0);
+  EXPECT_ERROR_HAS(R"({"train_batch_size": 8, "comm_timeout": -1})", "'comm_timeout' must be >= 0");
+}
+
+// Fix from review: hyper-parameters outside their valid ranges were accepted.
+TEST(Config, HyperParametersAreRangeChecked) {
+  EXPECT_ERROR_HAS(R"({"train_batch_size": 8, "optimizer": {"params": {"eps": -1e-8}}})",
+                   "'optimizer.params.eps' must be in [0, inf), got -1e-08");
+  EXPECT_ERROR_HAS(R"({"train_batch_size": 8, "optimizer": {"params": {"weight_decay": -0.1}}})",
+                   "'optimizer.params.weight_decay' must be in [0, inf)");
+  EXPECT_ERROR_HAS(R"({"train_batch_size": 8, "optimizer": {"params": {"betas": [0.9, 1.0]}}})",
+                   "'optimizer.params.betas[1]' must be in [0, 1), got 1");
+  EXPECT_ERROR_HAS(R"({"train_batch_size": 8, "optimizer": {"params": {"betas": [-0.1, 0.9]}}})",
+                   "'optimizer.params.betas[0]' must be in [0, 1)");
+  EXPECT_ERROR_HAS(R"({"train_batch_size": 8, "optimizer": {"type": "SGD",
+                       "params": {"momentum": -0.5}}})",
+                   "'optimizer.params.momentum' must be in [0, inf)");
+  EXPECT_ERROR_HAS(R"({"train_batch_size": 8, "scheduler": {"type": "WarmupCosineLR",
+                       "params": {"total_num_steps": 10, "cos_min_ratio": 1.5}}})",
+                   "'scheduler.params.cos_min_ratio' must be in [0, 1], got 1.5");
+  EXPECT_ERROR_HAS(R"({"train_batch_size": 8, "scheduler": {"type": "WarmupCosineLR",
+                       "params": {"total_num_steps": 10, "warmup_min_ratio": -0.1}}})",
+                   "'scheduler.params.warmup_min_ratio' must be in [0, 1]");
+  EXPECT_ERROR_HAS(R"({"train_batch_size": 8, "scheduler": {"type": "WarmupLR",
+                       "params": {"warmup_min_lr": -1}}})",
+                   "'scheduler.params.warmup_min_lr' must be >= 0");
+}
+
+TEST(Config, OptimizerVariantsAndWeightDecayExclusions) {
+  auto c = Config::from_string(R"({"train_batch_size": 8, "optimizer": {"type": "Adam",
+      "params": {"amsgrad": true, "weight_decay": 0.1, "weight_decay_exclude": ["*.bias"]}}})");
+  EXPECT_TRUE(c.optimizer.present);
+  EXPECT_TRUE(c.optimizer.amsgrad);
+  EXPECT_TRUE(c.optimizer.weight_decay_exclude_set);
+  EXPECT_EQ(c.optimizer.weight_decay_exclude, std::vector<std::string>{"*.bias"});
+  EXPECT_FALSE(Config::from_string(R"({"train_batch_size": 8})").optimizer.present);
+  auto sgd = Config::from_string(R"({"train_batch_size": 8, "optimizer": {"type": "SGD",
+      "params": {"momentum": 0.9, "nesterov": true}}})");
+  EXPECT_TRUE(sgd.optimizer.nesterov);
+  EXPECT_ERROR_HAS(R"({"train_batch_size": 8, "optimizer": {"type": "SGD",
+                       "params": {"nesterov": true}}})", "nesterov': true needs momentum > 0");
+  EXPECT_ERROR_HAS(R"({"train_batch_size": 8, "optimizer": {"type": "SGD",
+                       "params": {"momentum": 0.9, "dampening": 0.1, "nesterov": true}}})",
+                   "and dampening 0");
+  EXPECT_ERROR_HAS(R"({"train_batch_size": 8, "optimizer": {"type": "AdamW",
+                       "params": {"momentum": 0.9}}})", "is an SGD parameter");
+  EXPECT_ERROR_HAS(R"({"train_batch_size": 8, "optimizer": {"type": "SGD",
+                       "params": {"amsgrad": true}}})", "is an Adam/AdamW parameter");
+  EXPECT_ERROR_HAS(R"({"train_batch_size": 8, "optimizer": {"params": {"weight_decay_exclude": "bias"}}})",
+                   "must be an array of strings");
+}
+
+}  // namespace
+}  // namespace tessera::runtime

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "tessera/comm/base/memory_store.h"
+#include "tessera/core/error.h"
 
 namespace tessera::testing {
 
@@ -16,6 +17,8 @@ void run_ranks(int world_size, const RankBody& body) {
   std::vector<std::thread> threads;
   for (int r = 0; r < world_size; ++r) {
     threads.emplace_back([&, r] {
+      // Errors and log lines of this rank say "[rank r/w]", as in a real job.
+      ScopedRankContext context(r, world_size);
       try {
         body(r, world_size, store);
       } catch (...) {

@@ -2,7 +2,8 @@
 //
 //   run_ranks(4, [](int rank, int size, std::shared_ptr<Store> store) { ... });
 //
-// Every rank body runs on its own thread; the first exception any rank throws is
+// Every rank body runs on its own thread, with its own rank context (errors say
+// "[rank r/w]"); the first exception any rank throws is
 // rethrown in the caller after all threads joined (GoogleTest assertions inside a
 // body work too: they record failures from any thread).
 #pragma once

@@ -49,6 +49,7 @@ void init(const InitOptions& options) {
   std::lock_guard<std::mutex> lock(s.mu);
   if (s.initialized) return;
   LaunchInfo info = LaunchInfo::from_env();
+  log::level_from_env();  // a misspelt TESSERA_LOG_LEVEL is an error, not info
   set_rank_context(info.rank, info.world_size);
   const HostMemoryPolicy memory = configure_host_memory();
   comm::ProcessGroupOptions pg = comm::ProcessGroupOptions::from_env("default");

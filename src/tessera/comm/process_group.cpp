@@ -34,10 +34,14 @@ void divide_in_place(at::Tensor& t, int size) {
   }
 }
 
-void check_dense(const at::Tensor& t, const char* op, const char* what) {
+void check_dense(const Backend& backend, const at::Tensor& t, const char* op, const char* what) {
   TS_CHECK_T(ConfigError, t.defined(), op, ": ", what, " is an undefined tensor");
   TS_CHECK_T(ConfigError, t.layout() == at::kStrided, op, ": ", what,
              " must be a dense (strided) tensor, got ", t.layout());
+  TS_CHECK_T(ConfigError, backend.supports_device(t.device().type()), op, ": ", what,
+             " is on device ", t.device(), " but backend '", backend.name(),
+             "' takes CPU tensors only; move it with .cpu() or use a backend for ",
+             t.device().type(), " tensors");
 }
 
 void check_same_dtype(const at::Tensor& a, const at::Tensor& b, const char* op) {
@@ -84,7 +88,7 @@ std::chrono::milliseconds ProcessGroup::timeout() const { return impl_->options_
 uint64_t ProcessGroup::sequence_number() const { return impl_->seq_.load(); }
 
 WorkHandle ProcessGroup::all_reduce(at::Tensor tensor, ReduceOp op) {
-  check_dense(tensor, "all_reduce", "tensor");
+  check_dense(*impl_->backend_, tensor, "all_reduce", "tensor");
   Backend* backend = impl_->backend_.get();
   int size = impl_->size_;
   std::string sig = c10::str("all_reduce(", describe_tensor(tensor), ", ", to_string(op), ")");
@@ -102,7 +106,7 @@ WorkHandle ProcessGroup::all_reduce(at::Tensor tensor, ReduceOp op) {
 }
 
 WorkHandle ProcessGroup::broadcast(at::Tensor tensor, int root) {
-  check_dense(tensor, "broadcast", "tensor");
+  check_dense(*impl_->backend_, tensor, "broadcast", "tensor");
   TS_CHECK_T(ConfigError, root >= 0 && root < size(), "broadcast: root ", root,
              " is not a rank of ", impl_->describe());
   Backend* backend = impl_->backend_.get();
@@ -115,11 +119,11 @@ WorkHandle ProcessGroup::broadcast(at::Tensor tensor, int root) {
 }
 
 WorkHandle ProcessGroup::all_gather(std::vector<at::Tensor> outputs, at::Tensor input) {
-  check_dense(input, "all_gather", "input");
+  check_dense(*impl_->backend_, input, "all_gather", "input");
   TS_CHECK_T(ConfigError, static_cast<int>(outputs.size()) == size(), "all_gather: got ",
              outputs.size(), " output tensors for a group of ", size());
   for (const auto& o : outputs) {
-    check_dense(o, "all_gather", "an output");
+    check_dense(*impl_->backend_, o, "all_gather", "an output");
     check_same_dtype(input, o, "all_gather");
     TS_CHECK_T(ConfigError, o.numel() == input.numel(), "all_gather: an output has ", o.numel(),
                " elements but the input has ", input.numel());
@@ -136,8 +140,8 @@ WorkHandle ProcessGroup::all_gather(std::vector<at::Tensor> outputs, at::Tensor 
 }
 
 WorkHandle ProcessGroup::all_gather_into(at::Tensor output, at::Tensor input) {
-  check_dense(input, "all_gather_into", "input");
-  check_dense(output, "all_gather_into", "output");
+  check_dense(*impl_->backend_, input, "all_gather_into", "input");
+  check_dense(*impl_->backend_, output, "all_gather_into", "output");
   check_same_dtype(input, output, "all_gather_into");
   std::vector<int64_t> counts = shard_sizes(output.numel(), size());
   TS_CHECK_T(ConfigError, input.numel() == counts[rank()], "all_gather_into: rank ", rank(),
@@ -154,8 +158,8 @@ WorkHandle ProcessGroup::all_gather_into(at::Tensor output, at::Tensor input) {
 }
 
 WorkHandle ProcessGroup::reduce_scatter(at::Tensor output, at::Tensor input, ReduceOp op) {
-  check_dense(input, "reduce_scatter", "input");
-  check_dense(output, "reduce_scatter", "output");
+  check_dense(*impl_->backend_, input, "reduce_scatter", "input");
+  check_dense(*impl_->backend_, output, "reduce_scatter", "output");
   check_same_dtype(input, output, "reduce_scatter");
   std::vector<int64_t> counts = shard_sizes(input.numel(), size());
   TS_CHECK_T(ConfigError, output.numel() == counts[rank()], "reduce_scatter: rank ", rank(),
@@ -183,8 +187,8 @@ WorkHandle ProcessGroup::reduce_scatter(at::Tensor output, at::Tensor input, Red
 WorkHandle ProcessGroup::all_to_all(at::Tensor output, at::Tensor input,
                                     std::vector<int64_t> output_splits,
                                     std::vector<int64_t> input_splits) {
-  check_dense(input, "all_to_all", "input");
-  check_dense(output, "all_to_all", "output");
+  check_dense(*impl_->backend_, input, "all_to_all", "input");
+  check_dense(*impl_->backend_, output, "all_to_all", "output");
   check_same_dtype(input, output, "all_to_all");
   int n = size();
   auto equal_splits = [&](const at::Tensor& t, const char* which) {
@@ -217,7 +221,7 @@ WorkHandle ProcessGroup::all_to_all(at::Tensor output, at::Tensor input,
 }
 
 WorkHandle ProcessGroup::send(at::Tensor tensor, int dst, int tag) {
-  check_dense(tensor, "send", "tensor");
+  check_dense(*impl_->backend_, tensor, "send", "tensor");
   TS_CHECK_T(ConfigError, dst >= 0 && dst < size() && dst != rank(), "send: destination ", dst,
              " must be another rank of ", impl_->describe());
   Backend* backend = impl_->backend_.get();
@@ -225,7 +229,7 @@ WorkHandle ProcessGroup::send(at::Tensor tensor, int dst, int tag) {
 }
 
 WorkHandle ProcessGroup::recv(at::Tensor tensor, int src, int tag) {
-  check_dense(tensor, "recv", "tensor");
+  check_dense(*impl_->backend_, tensor, "recv", "tensor");
   TS_CHECK_T(ConfigError, src >= 0 && src < size() && src != rank(), "recv: source ", src,
              " must be another rank of ", impl_->describe());
   Backend* backend = impl_->backend_.get();

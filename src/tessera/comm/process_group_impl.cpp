@@ -1,5 +1,7 @@
 #include "tessera/comm/process_group_impl.h"
 
+#include <algorithm>
+
 #include "tessera/comm/backend_registry.h"
 #include "tessera/comm/collective_check.h"
 #include "tessera/core/check.h"
@@ -55,6 +57,12 @@ ProcessGroupImpl::ProcessGroupImpl(std::shared_ptr<Store> root_store, int rank, 
   TS_CHECK_T(ConfigError, static_cast<int>(global_ranks_.size()) == size_,
              "group '", options_.name, "' maps ", global_ranks_.size(), " global ranks for ", size_,
              " members");
+  // Errors built while an op runs carry this member's global rank, whichever thread
+  // runs it (a background queue, or the waiting thread of another rank thread).
+  context_rank_ = global_ranks_[rank_];
+  context_world_ = context_world_size() > 0
+                       ? context_world_size()
+                       : *std::max_element(global_ranks_.begin(), global_ranks_.end()) + 1;
   store_ = std::make_shared<PrefixStore>(instance_prefix(*root_store_, options_.name, rank_),
                                          root_store_);
   store_->set_timeout(options_.timeout);
@@ -123,7 +131,10 @@ WorkHandle ProcessGroupImpl::enqueue_collective(OpType op, std::string signature
     return work;
   }
   const uint64_t ticket = collectives_->submit(
-      {[=] { run_collective(op, seq, signature, body, work); },
+      {[=] {
+         ScopedRankContext context(context_rank_, context_world_);
+         run_collective(op, seq, signature, body, work);
+       },
        [=] {
          work->finish(std::make_exception_ptr(
              CommError(c10::str(work->description(), " was cancelled: the group shut down"))));
@@ -179,6 +190,7 @@ WorkHandle ProcessGroupImpl::enqueue_p2p(OpType op, int peer, std::function<void
   }
   const std::shared_ptr<SerialExecutor>& queue = op == OpType::kSend ? sends_ : recvs_;
   const uint64_t ticket = queue->submit({[=] {
+                  ScopedRankContext context(context_rank_, context_world_);
                   try {
                     body();
                     work->finish();

@@ -36,6 +36,8 @@ class ProcessGroupImpl {
   int size_;
   ProcessGroupOptions options_;
   std::vector<int> global_ranks_;
+  int context_rank_ = -1;   // rank context of errors raised by this group's ops
+  int context_world_ = -1;
   std::string backend_name_;
   std::unique_ptr<Backend> backend_;
   std::atomic<uint64_t> seq_{0};

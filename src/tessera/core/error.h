@@ -58,12 +58,28 @@ class CheckpointError : public Error {
   using Error::Error;
 };
 
-// The process-wide rank context prepended to every error and log line.
-// Set once by tessera::init(); -1 means "not in a distributed job yet".
+// The rank context prepended to every error and log line: the calling thread's
+// own context if it has one (ranks run as threads, a group's background threads),
+// else the process-wide one set by tessera::init(); -1 means "not in a job yet".
 void set_rank_context(int rank, int world_size);
 int context_rank();
 int context_world_size();
 // "[rank r/w] " or "" when no context is set.
 std::string rank_prefix();
+
+// Gives the current thread its own rank context for the scope's lifetime, for
+// programs (and tests) that run several ranks as threads of one process; restores
+// the previous one on exit. ProcessGroup's background threads set theirs.
+class ScopedRankContext {
+ public:
+  ScopedRankContext(int rank, int world_size);
+  ~ScopedRankContext();
+  ScopedRankContext(const ScopedRankContext&) = delete;
+  ScopedRankContext& operator=(const ScopedRankContext&) = delete;
+
+ private:
+  int previous_rank_;
+  int previous_world_;
+};
 
 }  // namespace tessera

@@ -7,20 +7,27 @@
 #include <ctime>
 
 #include "tessera/core/env.h"
+#include "tessera/core/check.h"
 #include "tessera/core/error.h"
 
 namespace tessera::log {
 namespace {
 
-Level parse_level(const std::string& s) {
-  if (s == "debug") return Level::DEBUG;
-  if (s == "warn" || s == "warning") return Level::WARN;
-  if (s == "error") return Level::ERROR;
-  return Level::INFO;
+// The level the environment asks for; never throws (logging must not), so a bad
+// value is reported once on stderr here and as a ConfigError by init().
+Level initial_level() {
+  try {
+    return level_from_env();
+  } catch (const ConfigError& e) {
+    const std::string line = std::string("[tessera W] ") + e.what() + "; logging at info\n";
+    ssize_t ignored = ::write(STDERR_FILENO, line.data(), line.size());
+    (void)ignored;
+    return Level::INFO;
+  }
 }
 
 std::atomic<int>& level_storage() {
-  static std::atomic<int> level{static_cast<int>(parse_level(env::get_string("TESSERA_LOG_LEVEL")))};
+  static std::atomic<int> level{static_cast<int>(initial_level())};
   return level;
 }
 
@@ -35,6 +42,16 @@ const char* letter(Level l) {
 }
 
 }  // namespace
+
+Level level_from_env() {
+  const std::string s = env::get_string("TESSERA_LOG_LEVEL");
+  if (s == "debug") return Level::DEBUG;
+  if (s == "info") return Level::INFO;
+  if (s == "warn" || s == "warning") return Level::WARN;
+  if (s == "error") return Level::ERROR;
+  TS_THROW(ConfigError, "TESSERA_LOG_LEVEL='", s, "' is not a log level: use debug, info, warn "
+           "or error");
+}
 
 Level threshold() { return static_cast<Level>(level_storage().load()); }
 void set_threshold(Level level) { level_storage().store(static_cast<int>(level)); }

@@ -5,7 +5,8 @@
 //   TS_LOG_RANK0(INFO) << "only rank 0 prints this";
 //
 // The level comes from TESSERA_LOG_LEVEL (debug, info, warn, error; default info),
-// read once. Each line is written with one write() so lines from threads don't mix.
+// read once. Any other value is a ConfigError from tessera::init() (through
+// level_from_env()); code that logs before init() gets one warning line and info. Each line is written with one write() so lines from threads don't mix.
 // Thread-safe.
 #pragma once
 
@@ -14,6 +15,10 @@
 namespace tessera::log {
 
 enum class Level { DEBUG = 0, INFO = 1, WARN = 2, ERROR = 3 };
+
+// TESSERA_LOG_LEVEL's level; ConfigError naming the variable and the valid values
+// when it is set to anything else.
+Level level_from_env();
 
 Level threshold();
 void set_threshold(Level level);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include "tessera/core/check.h"
@@ -14,10 +15,12 @@ using nlohmann::json;
 const std::vector<std::string> kTopKeys = {
     "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
     "gradient_clipping", "optimizer", "scheduler", "steps_per_print", "wall_clock_breakdown",
-    "seed", "data_parallel", "fp16", "bf16", "zero_optimization", "model", "data", "train"};
+    "seed", "comm_timeout", "data_parallel", "fp16", "bf16", "zero_optimization", "model",
+    "data", "train"};
 const std::vector<std::string> kOptimizerKeys = {"type", "params"};
-const std::vector<std::string> kOptimizerParams = {"lr", "betas", "eps", "weight_decay",
-                                                   "momentum"};
+const std::vector<std::string> kOptimizerParams = {
+    "lr", "betas", "eps", "weight_decay", "amsgrad", "momentum", "dampening", "nesterov",
+    "weight_decay_exclude"};
 const std::vector<std::string> kSchedulerKeys = {"type", "params"};
 const std::vector<std::string> kSchedulerParams = {
     "warmup_min_lr", "warmup_max_lr", "warmup_num_steps", "warmup_type", "total_num_steps",
@@ -74,26 +77,69 @@ void check_unsupported(const json& j) {
   }
 }
 
+// ConfigError unless lo <= v (< or <=) hi; names the key and the value.
+void check_range(const std::string& key, double v, double lo, double hi, bool hi_open) {
+  const bool ok = v >= lo && (hi_open ? v < hi : v <= hi);
+  TS_CHECK_T(ConfigError, ok, "config key '", key, "' must be in [", lo, ", ", hi,
+             hi_open ? ")" : "]", ", got ", v);
+}
+
+std::vector<std::string> read_string_list(const json& obj, const std::string& key,
+                                          const std::string& where) {
+  const json& v = obj[key];
+  bool ok = v.is_array();
+  for (const auto& e : v) ok = ok && e.is_string();
+  if (!ok) wrong_type(where, key, "an array of strings", v);
+  return v.get<std::vector<std::string>>();
+}
+
 void parse_optimizer(const json& j, OptimizerConfig& o) {
   check_known_keys(j, kOptimizerKeys, "optimizer");
+  o.present = true;
   o.type = read_string(j, "type", "optimizer", o.type);
   TS_CHECK_T(ConfigError, o.type == "Adam" || o.type == "AdamW" || o.type == "SGD",
              "config 'optimizer.type' is '", o.type, "': use Adam, AdamW or SGD");
   if (!j.contains("params")) return;
   const json& p = j["params"];
-  check_known_keys(p, kOptimizerParams, "optimizer.params");
-  o.lr = read_number(p, "lr", "optimizer.params", o.lr);
+  const std::string w = "optimizer.params";
+  check_known_keys(p, kOptimizerParams, w);
+  o.lr = read_number(p, "lr", w, o.lr);
   TS_CHECK_T(ConfigError, o.lr > 0, "config 'optimizer.params.lr' must be positive, got ", o.lr);
   if (p.contains("betas")) {
     const json& b = p["betas"];
     if (!b.is_array() || b.size() != 2 || !b[0].is_number() || !b[1].is_number()) {
-      wrong_type("optimizer.params", "betas", "an array of two numbers", b);
+      wrong_type(w, "betas", "an array of two numbers", b);
     }
     o.betas = {b[0].get<double>(), b[1].get<double>()};
+    check_range(w + ".betas[0]", o.betas[0], 0.0, 1.0, /*hi_open=*/true);
+    check_range(w + ".betas[1]", o.betas[1], 0.0, 1.0, /*hi_open=*/true);
   }
-  o.eps = read_number(p, "eps", "optimizer.params", o.eps);
-  o.weight_decay = read_number(p, "weight_decay", "optimizer.params", o.weight_decay);
-  o.momentum = read_number(p, "momentum", "optimizer.params", o.momentum);
+  const double inf = std::numeric_limits<double>::infinity();
+  o.eps = read_number(p, "eps", w, o.eps);
+  check_range(w + ".eps", o.eps, 0.0, inf, true);
+  o.weight_decay = read_number(p, "weight_decay", w, o.weight_decay);
+  check_range(w + ".weight_decay", o.weight_decay, 0.0, inf, true);
+  o.amsgrad = read_bool(p, "amsgrad", w, o.amsgrad);
+  o.momentum = read_number(p, "momentum", w, o.momentum);
+  check_range(w + ".momentum", o.momentum, 0.0, inf, true);
+  o.dampening = read_number(p, "dampening", w, o.dampening);
+  check_range(w + ".dampening", o.dampening, 0.0, inf, true);
+  o.nesterov = read_bool(p, "nesterov", w, o.nesterov);
+  const bool sgd = o.type == "SGD";
+  for (const char* k : {"momentum", "dampening", "nesterov"}) {
+    TS_CHECK_T(ConfigError, sgd || !p.contains(k), "config key 'optimizer.params.", k,
+               "' is an SGD parameter, but the optimizer is ", o.type);
+  }
+  TS_CHECK_T(ConfigError, !p.contains("amsgrad") || !sgd,
+             "config key 'optimizer.params.amsgrad' is an Adam/AdamW parameter, but the "
+             "optimizer is SGD");
+  TS_CHECK_T(ConfigError, !o.nesterov || (o.momentum > 0 && o.dampening == 0),
+             "config 'optimizer.params.nesterov': true needs momentum > 0 and dampening 0 "
+             "(got momentum ", o.momentum, ", dampening ", o.dampening, ")");
+  if (p.contains("weight_decay_exclude")) {
+    o.weight_decay_exclude = read_string_list(p, "weight_decay_exclude", w);
+    o.weight_decay_exclude_set = true;
+  }
 }
 
 void parse_scheduler(const json& j, SchedulerConfig& s, double base_lr) {
@@ -116,7 +162,13 @@ void parse_scheduler(const json& j, SchedulerConfig& s, double base_lr) {
   TS_CHECK_T(ConfigError, s.warmup_type == "log" || s.warmup_type == "linear",
              "config 'scheduler.params.warmup_type' is '", s.warmup_type, "': use log or linear");
   s.warmup_min_ratio = read_number(p, "warmup_min_ratio", w, s.warmup_min_ratio);
+  check_range(w + ".warmup_min_ratio", s.warmup_min_ratio, 0.0, 1.0, /*hi_open=*/false);
   s.cos_min_ratio = read_number(p, "cos_min_ratio", w, s.cos_min_ratio);
+  check_range(w + ".cos_min_ratio", s.cos_min_ratio, 0.0, 1.0, /*hi_open=*/false);
+  TS_CHECK_T(ConfigError, s.warmup_min_lr >= 0,
+             "config key 'scheduler.params.warmup_min_lr' must be >= 0, got ", s.warmup_min_lr);
+  TS_CHECK_T(ConfigError, s.warmup_max_lr > 0,
+             "config key 'scheduler.params.warmup_max_lr' must be positive, got ", s.warmup_max_lr);
   if (s.type != "WarmupLR") {
     TS_CHECK_T(ConfigError, p.contains("total_num_steps"), "config 'scheduler.params."
                "total_num_steps' is required for ", s.type);
@@ -225,6 +277,9 @@ Config Config::from_json(const json& j, const std::string& source) {
   c.steps_per_print = read_positive_int(j, "steps_per_print", "", 10);
   c.wall_clock_breakdown = read_bool(j, "wall_clock_breakdown", "", false);
   c.seed = static_cast<uint64_t>(read_int(j, "seed", "", 1234));
+  c.comm_timeout = read_number(j, "comm_timeout", "", 0.0);
+  TS_CHECK_T(ConfigError, c.comm_timeout >= 0, "config key 'comm_timeout' must be >= 0 seconds "
+             "(0: TESSERA_TIMEOUT), got ", c.comm_timeout);
   for (const char* s : {"model", "data", "train"}) {
     if (!j.contains(s)) continue;
     TS_CHECK_T(ConfigError, j[s].is_object(), "config section '", s, "' must be an object");

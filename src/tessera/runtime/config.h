@@ -24,12 +24,23 @@
 namespace tessera::runtime {
 
 struct OptimizerConfig {
+  // False when the config has no "optimizer" section: the user passes their own
+  // optimizer to tessera::initialize (it is an error to do both).
+  bool present = false;
   std::string type = "AdamW";  // Adam | AdamW | SGD
   double lr = 1e-3;
-  std::array<double, 2> betas{0.9, 0.999};
-  double eps = 1e-8;
-  double weight_decay = 0.0;
-  double momentum = 0.0;  // SGD only
+  std::array<double, 2> betas{0.9, 0.999};  // each in [0, 1)
+  double eps = 1e-8;                        // >= 0
+  double weight_decay = 0.0;                // >= 0
+  bool amsgrad = false;                     // Adam, AdamW
+  double momentum = 0.0;                    // SGD, >= 0
+  double dampening = 0.0;                   // SGD, >= 0
+  bool nesterov = false;                    // SGD: needs momentum > 0 and dampening 0
+  // Glob patterns (`*`, `?`) over dotted parameter names ("h.0.ln_1.weight") that
+  // get no weight decay: the optimizer then has two parameter groups. Empty: every
+  // parameter decays. `tessera train` defaults to biases, LayerNorms and embeddings.
+  std::vector<std::string> weight_decay_exclude;
+  bool weight_decay_exclude_set = false;  // the key was written (even as [])
 };
 
 struct SchedulerConfig {
@@ -39,8 +50,8 @@ struct SchedulerConfig {
   int64_t warmup_num_steps = 1000;
   std::string warmup_type = "log";  // log | linear
   int64_t total_num_steps = 0;      // WarmupDecayLR, WarmupCosineLR
-  double warmup_min_ratio = 0.0;    // WarmupCosineLR
-  double cos_min_ratio = 1e-4;      // WarmupCosineLR
+  double warmup_min_ratio = 0.0;    // WarmupCosineLR, in [0, 1]
+  double cos_min_ratio = 1e-4;      // WarmupCosineLR, in [0, 1]
 };
 
 struct DataParallelConfig {
@@ -61,6 +72,9 @@ struct Config {
   DataParallelConfig data_parallel;
   int64_t steps_per_print = 10;
   bool wall_clock_breakdown = false;
+  // Collective and store timeout in seconds (0: TESSERA_TIMEOUT, default 300);
+  // applies to the groups tessera::initialize creates and to tessera train.
+  double comm_timeout = 0.0;
   uint64_t seed = 1234;
   // Sections owned by other components, kept verbatim.
   nlohmann::json model = nlohmann::json::object();

@@ -1,9 +1,12 @@
 #include "tessera/runtime/engine.h"
 
 #include <ATen/ATen.h>
+#include <ATen/SequenceNumber.h>
+#include <torch/csrc/autograd/function.h>
 
 #include <cmath>
 #include <cstdio>
+#include <unordered_map>
 
 #include "tessera/comm/init.h"
 #include "tessera/core/check.h"
@@ -32,6 +35,32 @@ NamedParams trainable(torch::nn::Module& m) {
   return out;
 }
 
+// The optimizer's parameters, named after the module's: every one must be a
+// trainable parameter of the module, and appear once.
+NamedParams name_optimizer_params(const torch::optim::Optimizer& optimizer,
+                                  torch::nn::Module& module) {
+  std::unordered_map<const c10::TensorImpl*, std::string> names;
+  for (auto& p : module.named_parameters(true)) names[p.value().unsafeGetTensorImpl()] = p.key();
+  NamedParams out;
+  std::unordered_map<const c10::TensorImpl*, bool> seen;
+  for (const auto& group : optimizer.param_groups()) {
+    for (const auto& p : group.params()) {
+      auto it = names.find(p.unsafeGetTensorImpl());
+      TS_CHECK_T(ConfigError, it != names.end(), "the optimizer holds a tensor of shape ",
+                 p.sizes(), " that is not a parameter of the model; build the optimizer over "
+                 "the model's parameters (model->parameters() or named_parameters())");
+      TS_CHECK_T(ConfigError, p.requires_grad(), "the optimizer holds parameter '", it->second,
+                 "', which does not require grad");
+      TS_CHECK_T(ConfigError, !seen[p.unsafeGetTensorImpl()], "parameter '", it->second,
+                 "' is in more than one parameter group of the optimizer");
+      seen[p.unsafeGetTensorImpl()] = true;
+      out.names.push_back(it->second);
+      out.params.push_back(p);
+    }
+  }
+  return out;
+}
+
 Config resolved(Config c, int world) {
   c.resolve_batch(world);
   return c;
@@ -40,40 +69,103 @@ Config resolved(Config c, int world) {
 }  // namespace
 
 Engine::Engine(std::shared_ptr<torch::nn::Module> module, Config config,
-               std::shared_ptr<comm::ProcessGroup> group)
+               std::shared_ptr<comm::ProcessGroup> group, bool user_optimizer)
     : config_(resolved(std::move(config), group ? group->size() : 1)),
       group_(std::move(group)),
-      schedule_(config_.scheduler, config_.optimizer.lr) {
+      schedule_(config_.scheduler) {
   TS_CHECK_T(ConfigError, group_ != nullptr, "tessera::Engine needs a process group");
+  TS_CHECK_T(ConfigError, module != nullptr, "tessera::Engine needs a module");
+  TS_CHECK_T(ConfigError, !user_optimizer || !config_.optimizer.present,
+             "the config has an \"optimizer\" section and an optimizer was passed to "
+             "tessera::initialize as well; remove one of them");
   ddp_ = std::make_unique<ddp::DistributedDataParallel>(std::move(module), group_,
                                                         ddp_options(config_.data_parallel));
-  trainable_ = trainable(ddp_->module());
-  optimizer_ = make_optimizer(config_.optimizer, trainable_.params);
-  set_learning_rate(*optimizer_, lr());
 }
+
+Engine::Engine(std::shared_ptr<torch::nn::Module> module, Config config,
+               std::shared_ptr<comm::ProcessGroup> group)
+    : Engine(std::move(module), std::move(config), std::move(group), false) {
+  adopt_optimizer(make_optimizer(config_.optimizer, trainable(ddp_->module())));
+}
+
+Engine::Engine(std::shared_ptr<torch::nn::Module> module, Config config,
+               std::shared_ptr<comm::ProcessGroup> group,
+               std::shared_ptr<torch::optim::Optimizer> optimizer)
+    : Engine(std::move(module), std::move(config), std::move(group), true) {
+  TS_CHECK_T(ConfigError, optimizer != nullptr, "tessera::initialize got a null optimizer");
+  adopt_optimizer(std::move(optimizer));
+}
+
+Engine::Engine(std::shared_ptr<torch::nn::Module> module, Config config,
+               std::shared_ptr<comm::ProcessGroup> group, OptimizerFactory factory,
+               std::vector<torch::optim::OptimizerParamGroup> param_groups)
+    : Engine(std::move(module), std::move(config), std::move(group), true) {
+  TS_CHECK_T(ConfigError, factory != nullptr, "tessera::initialize got an empty optimizer factory");
+  if (param_groups.empty()) param_groups.emplace_back(trainable(ddp_->module()).params);
+  auto optimizer = factory(std::move(param_groups));
+  TS_CHECK_T(ConfigError, optimizer != nullptr, "the optimizer factory returned null");
+  adopt_optimizer(std::move(optimizer));
+}
+
+void Engine::adopt_optimizer(std::shared_ptr<torch::optim::Optimizer> optimizer) {
+  optimizer_ = std::move(optimizer);
+  trainable_ = name_optimizer_params(*optimizer_, ddp_->module());
+  group_lrs_.clear();
+  for (const auto& g : optimizer_->param_groups()) group_lrs_.push_back(g.options().get_lr());
+  apply_schedule();
+}
+
+void Engine::apply_schedule() {
+  if (!schedule_.active()) return;
+  const int64_t it = LrSchedule::iteration_after(global_steps_);
+  auto& groups = optimizer_->param_groups();
+  for (size_t g = 0; g < groups.size(); ++g) groups[g].options().set_lr(schedule_.lr_at(it, group_lrs_[g]));
+}
+
+double Engine::lr() const { return optimizer_->param_groups().at(0).options().get_lr(); }
 
 bool Engine::is_gradient_accumulation_boundary() const {
   return (micro_steps_ + 1) % config_.gradient_accumulation_steps == 0;
 }
 
 void Engine::backward(const at::Tensor& loss) {
+  TS_CHECK(loss.defined() && loss.requires_grad(),
+           "Engine::backward: the loss does not require grad; compute it from the model's "
+           "outputs with autograd enabled");
+  TS_CHECK(!step_pending_, "Engine::backward called again before step() at a gradient "
+           "accumulation boundary; call engine.step() after every engine.backward()");
+  const auto fn = loss.grad_fn();
+  TS_CHECK(!fn || fn != last_loss_fn_.lock(),
+           "Engine::backward got the loss it already backpropagated; run forward again to "
+           "get the next micro-batch's loss");
+  // LibTorch's optimizers update parameters through .data(), which autograd's
+  // version counters do not see, so a stale graph would silently give gradients
+  // of the old parameters. Autograd numbers its nodes in creation order: a loss
+  // node older than the last step was computed before that step.
+  TS_CHECK(!fn || fn->sequence_nr() >= first_node_after_step_,
+           "Engine::backward: the loss was computed before the last engine.step() changed "
+           "the parameters; run forward again after each step");
   const int64_t ga = config_.gradient_accumulation_steps;
   // Scaling the loss (not the gradients) keeps the accumulated sum an average.
   const at::Tensor scaled = ga > 1 ? loss / static_cast<double>(ga) : loss;
   const auto start = Clock::now();
-  if (!is_gradient_accumulation_boundary()) {
+  const bool boundary = is_gradient_accumulation_boundary();
+  ddp_->reducer().bind_gradients();
+  if (!boundary) {
     auto guard = ddp_->no_sync();
     scaled.backward();
   } else {
     ddp_->prepare_for_backward(scaled);
     scaled.backward();
-    if (config_.wall_clock_breakdown) {
-      const auto& t = ddp_->reducer().last_timings();
-      window_.allreduce_wait_ms +=
-          std::chrono::duration<double, std::milli>(t.reduced - t.backward_end).count();
-    }
+  }
+  if (boundary && config_.wall_clock_breakdown) {
+    const auto& t = ddp_->reducer().last_timings();
+    window_.allreduce_wait_ms +=
+        std::chrono::duration<double, std::milli>(t.reduced - t.backward_end).count();
   }
   if (config_.wall_clock_breakdown) window_.backward_ms += ms_since(start);
+  last_loss_fn_ = loss.grad_fn();
+  step_pending_ = boundary;
   ++micro_steps_;
 }
 
@@ -103,15 +195,19 @@ double Engine::clip_gradients() {
 
 bool Engine::step() {
   if (micro_steps_ == 0 || micro_steps_ % config_.gradient_accumulation_steps != 0) return false;
+  TS_CHECK(step_pending_, "Engine::step called twice after one backward(); run forward and "
+           "backward for the next batch first");
   const auto start = Clock::now();
   last_grad_norm_ = clip_gradients();
-  set_learning_rate(*optimizer_, lr());
   optimizer_->step();
-  // zero_grad zeroes in place, so .grad stays a view into the DDP buckets.
-  optimizer_->zero_grad();
+  // In place in the buckets: .grad stays a view into them, whatever the LibTorch
+  // version's zero_grad default.
+  ddp_->zero_grad();
   ++global_steps_;
+  step_pending_ = false;
+  first_node_after_step_ = at::sequence_number::peek();
   ddp_->sync_buffers();
-  set_learning_rate(*optimizer_, lr());
+  apply_schedule();
   if (config_.wall_clock_breakdown) {
     window_.step_ms += ms_since(start);
     ++window_.steps;
@@ -141,14 +237,41 @@ void Engine::close_breakdown_window() {
 }  // namespace tessera::runtime
 
 namespace tessera {
+namespace {
+
+std::shared_ptr<comm::ProcessGroup> group_or_default(std::shared_ptr<comm::ProcessGroup> group,
+                                                     const Config& config) {
+  if (group) return group;
+  if (!is_initialized()) {
+    InitOptions options;
+    if (config.comm_timeout > 0) options.timeout_seconds = config.comm_timeout;
+    init(options);
+  }
+  return default_group();
+}
+
+}  // namespace
 
 Engine initialize(std::shared_ptr<torch::nn::Module> module, Config config,
                   std::shared_ptr<comm::ProcessGroup> group) {
-  if (!group) {
-    if (!is_initialized()) init();
-    group = default_group();
-  }
+  group = group_or_default(std::move(group), config);
   return Engine(std::move(module), std::move(config), std::move(group));
+}
+
+Engine initialize(std::shared_ptr<torch::nn::Module> module, Config config,
+                  std::shared_ptr<torch::optim::Optimizer> optimizer,
+                  std::shared_ptr<comm::ProcessGroup> group) {
+  group = group_or_default(std::move(group), config);
+  return Engine(std::move(module), std::move(config), std::move(group), std::move(optimizer));
+}
+
+Engine initialize(std::shared_ptr<torch::nn::Module> module, Config config,
+                  OptimizerFactory factory,
+                  std::vector<torch::optim::OptimizerParamGroup> param_groups,
+                  std::shared_ptr<comm::ProcessGroup> group) {
+  group = group_or_default(std::move(group), config);
+  return Engine(std::move(module), std::move(config), std::move(group), std::move(factory),
+                std::move(param_groups));
 }
 
 }  // namespace tessera

@@ -7,10 +7,19 @@
 //     engine.step();           // optimizer + scheduler only at the boundary
 //   }
 //
-// It wraps the module in DistributedDataParallel, builds the optimizer and LR
-// schedule from the config, clips gradients by their global L2 norm, and saves
-// and loads checkpoints (model, optimizer state, scheduler position, step
-// counters, every rank's RNG state, plus a caller's JSON "client state").
+// It wraps the module in DistributedDataParallel, takes the optimizer from the
+// config's "optimizer" section or from the caller (an optimizer, or a factory
+// over parameter groups, like deepspeed.initialize(optimizer=..., model_parameters=
+// ...)), applies the LR schedule with DeepSpeed's timing (lr_schedules.h), clips
+// gradients by their global L2 norm, and saves and loads checkpoints (model,
+// optimizer state, scheduler position, step counters, every rank's RNG state,
+// plus a caller's JSON "client state").
+//
+// Call order, per micro-batch: forward, backward(loss), step(). backward twice
+// without step at an accumulation boundary, step twice after one backward, or a
+// backward of a loss computed before the last step are errors that say what to
+// do. Forward and backward run on the thread that calls step() (autograd numbers
+// graph nodes per thread).
 // With "wall_clock_breakdown": true it times forward, backward (and the part of
 // it spent waiting for gradient all-reduces) and the optimizer step, and rank 0
 // logs the per-step averages every steps_per_print steps.
@@ -36,7 +45,12 @@
 #include "tessera/runtime/config.h"
 #include "tessera/runtime/ddp/distributed_data_parallel.h"
 #include "tessera/runtime/lr_schedules.h"
-#include "tessera/runtime/optimizer_state.h"
+#include "tessera/runtime/named_params.h"
+#include "tessera/runtime/optimizer_factory.h"
+
+namespace torch::autograd {
+struct Node;
+}
 
 namespace tessera::runtime {
 
@@ -52,9 +66,23 @@ struct WallClockBreakdown {
 
 class Engine {
  public:
-  // Resolves the batch arithmetic for group->size(); ConfigError on bad configs.
+  // The optimizer is built from the config's "optimizer" section (AdamW with
+  // lr 1e-3 when there is none). Resolves the batch arithmetic for group->size();
+  // ConfigError on bad configs.
   Engine(std::shared_ptr<torch::nn::Module> module, Config config,
          std::shared_ptr<comm::ProcessGroup> group);
+  // The caller's optimizer, built over parameters of `module` (any subset, in any
+  // groups). The config must have no "optimizer" section (ConfigError otherwise).
+  // Its lr is left alone unless the config has a scheduler.
+  Engine(std::shared_ptr<torch::nn::Module> module, Config config,
+         std::shared_ptr<comm::ProcessGroup> group,
+         std::shared_ptr<torch::optim::Optimizer> optimizer);
+  // The caller's factory, called once with `param_groups` (parameters of `module`
+  // with optional per-group options; empty: one group of every trainable
+  // parameter). The config must have no "optimizer" section.
+  Engine(std::shared_ptr<torch::nn::Module> module, Config config,
+         std::shared_ptr<comm::ProcessGroup> group, OptimizerFactory factory,
+         std::vector<torch::optim::OptimizerParamGroup> param_groups = {});
   Engine(Engine&&) = default;
   Engine& operator=(Engine&&) = default;
 
@@ -76,18 +104,22 @@ class Engine {
 
   // Backward of loss / gradient_accumulation_steps. Off the accumulation boundary
   // gradients only accumulate locally; on it they are averaged across ranks.
+  // Errors: a loss that does not require grad, the loss of a micro-batch already
+  // backpropagated, a second backward at a boundary before step().
   void backward(const at::Tensor& loss);
-  // At the accumulation boundary: clip, set the scheduled lr, optimizer step,
-  // zero the gradients, advance global_steps(); returns true. Elsewhere a no-op
-  // returning false.
+  // At the accumulation boundary: clip, optimizer step, zero the gradients in
+  // place, advance global_steps() and the schedule; returns true. Elsewhere a no-op
+  // returning false. A second call after the same boundary backward is an error.
   bool step();
   // True when the next backward() completes an accumulation window.
   bool is_gradient_accumulation_boundary() const;
+  // Zeroes the gradients in place in the DDP buckets (step() already does).
+  void zero_grad() { ddp_->zero_grad(); }
 
   int64_t global_steps() const { return global_steps_; }
   int64_t micro_steps() const { return micro_steps_; }
-  // The lr the next optimizer step uses.
-  double lr() const { return schedule_.lr_at(global_steps_); }
+  // The lr the next optimizer step uses (of the first parameter group).
+  double lr() const;
   // Global gradient L2 norm before clipping, measured at the last step (0 before).
   double last_grad_norm() const { return last_grad_norm_; }
 
@@ -116,6 +148,8 @@ class Engine {
   torch::nn::Module& module() { return ddp_->module(); }
   ddp::DistributedDataParallel& ddp() { return *ddp_; }
   torch::optim::Optimizer& optimizer() { return *optimizer_; }
+  // The optimizer's parameters with their module names, in optimizer order.
+  const NamedParams& optimizer_parameters() const { return trainable_; }
   comm::ProcessGroup& group() { return *group_; }
   const Config& config() const { return config_; }
 
@@ -124,16 +158,28 @@ class Engine {
   static double ms_since(Clock::time_point start) {
     return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
   }
+  // Wraps the module; the optimizer is installed by the constructors after it.
+  Engine(std::shared_ptr<torch::nn::Module> module, Config config,
+         std::shared_ptr<comm::ProcessGroup> group, bool user_optimizer);
+  void adopt_optimizer(std::shared_ptr<torch::optim::Optimizer> optimizer);
+  void apply_schedule();
   double clip_gradients();
   void close_breakdown_window();
 
   Config config_;
   std::shared_ptr<comm::ProcessGroup> group_;
   std::unique_ptr<ddp::DistributedDataParallel> ddp_;
-  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  std::shared_ptr<torch::optim::Optimizer> optimizer_;
   NamedParams trainable_;  // what the optimizer steps, with module names
+  std::vector<double> group_lrs_;  // each group's own lr, what WarmupCosineLR scales
   std::optional<torch::nn::AnyModule> forward_module_;
   LrSchedule schedule_;
+  // Call-order contract: a boundary backward awaits its step(); the graph of the
+  // last loss backpropagated, to refuse it a second time; the first autograd node
+  // number after the last step, to refuse losses computed before it.
+  bool step_pending_ = false;
+  std::weak_ptr<torch::autograd::Node> last_loss_fn_;
+  uint64_t first_node_after_step_ = 0;
   WallClockBreakdown window_;     // accumulating (sums)
   WallClockBreakdown breakdown_;  // last completed window (averages)
   int64_t global_steps_ = 0;
@@ -145,10 +191,20 @@ class Engine {
 
 namespace tessera {
 using Engine = runtime::Engine;
+using OptimizerFactory = runtime::OptimizerFactory;
 
-// Builds an Engine over `group`, or over the default group (calling
-// tessera::init() first if needed) when group is null.
+// Builds an Engine over `group`, or over the default group when group is null
+// (calling tessera::init() first if needed, with the config's comm_timeout).
 Engine initialize(std::shared_ptr<torch::nn::Module> module, Config config,
+                  std::shared_ptr<comm::ProcessGroup> group = nullptr);
+// With the caller's optimizer (see the Engine constructors).
+Engine initialize(std::shared_ptr<torch::nn::Module> module, Config config,
+                  std::shared_ptr<torch::optim::Optimizer> optimizer,
+                  std::shared_ptr<comm::ProcessGroup> group = nullptr);
+// With the caller's optimizer factory and parameter groups (empty: the config's).
+Engine initialize(std::shared_ptr<torch::nn::Module> module, Config config,
+                  OptimizerFactory factory,
+                  std::vector<torch::optim::OptimizerParamGroup> param_groups = {},
                   std::shared_ptr<comm::ProcessGroup> group = nullptr);
 
 namespace detail {
@@ -158,13 +214,14 @@ template <typename M>
 struct has_single_forward<M, std::void_t<decltype(&M::forward)>> : std::true_type {};
 }  // namespace detail
 
-// For module holders: tessera::initialize(MyNet(...), cfg). When the module has
-// exactly one forward(), engine.forward(...) calls it.
-template <typename Holder, typename = decltype(std::declval<Holder>().ptr())>
-Engine initialize(const Holder& module, Config config,
-                  std::shared_ptr<comm::ProcessGroup> group = nullptr) {
+// For module holders: tessera::initialize(MyNet(...), cfg[, optimizer or factory,
+// ...]) takes the same arguments as the forms above. When the module has exactly
+// one forward(), engine.forward(...) calls it.
+template <typename Holder, typename... Rest,
+          typename = decltype(std::declval<Holder>().ptr())>
+Engine initialize(const Holder& module, Config config, Rest&&... rest) {
   Engine engine = initialize(std::static_pointer_cast<torch::nn::Module>(module.ptr()),
-                             std::move(config), std::move(group));
+                             std::move(config), std::forward<Rest>(rest)...);
   if constexpr (detail::has_single_forward<typename Holder::ContainedType>::value) {
     engine.set_forward(torch::nn::AnyModule(module));
   }

@@ -9,6 +9,7 @@
 // buckets, the optimizer and any user references keep pointing at them.
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/SequenceNumber.h>
 
 #include <filesystem>
 
@@ -19,7 +20,6 @@
 #include "tessera/core/check.h"
 #include "tessera/core/logging.h"
 #include "tessera/runtime/engine.h"
-#include "tessera/runtime/optimizer_factory.h"
 #include "tessera/runtime/optimizer_state.h"
 
 namespace tessera::runtime {
@@ -70,7 +70,7 @@ std::string Engine::save_checkpoint(const std::string& dir, const json& client_s
                     {"global_steps", global_steps_},
                     {"micro_steps", micro_steps_},
                     {"world_size", group_->size()},
-                    {"optimizer", config_.optimizer.type},
+                    {"optimizer", optimizer_type_name(*optimizer_)},
                     {"scheduler", config_.scheduler.type},
                     {"client_state", client_state}};
   checkpoint::CheckpointWriterOptions options;
@@ -107,9 +107,10 @@ json Engine::load_checkpoint(const std::string& dir) {
                chosen, "' has format ", metadata.value("format", 0), ", this build reads ",
                kFormatVersion);
     const std::string saved_opt = metadata.value("optimizer", "");
-    TS_CHECK_T(CheckpointError, saved_opt == config_.optimizer.type, "checkpoint '", chosen,
-               "' holds state of optimizer ", saved_opt, " but the config asks for ",
-               config_.optimizer.type, "; use the config it was trained with");
+    const std::string our_opt = optimizer_type_name(*optimizer_);
+    TS_CHECK_T(CheckpointError, saved_opt == our_opt, "checkpoint '", chosen,
+               "' holds state of optimizer ", saved_opt, " but this engine's optimizer is ",
+               our_opt, "; use the optimizer it was trained with");
     replicated = reader.replicated();
     checkpoint::check_module_state(module(), replicated, kModelPrefix);
     staged_optimizer = stage_optimizer_state(*optimizer_, trainable_, replicated);
@@ -139,7 +140,9 @@ json Engine::load_checkpoint(const std::string& dir) {
   if (rng.defined()) set_rng_state(rng);
   global_steps_ = metadata.value("global_steps", int64_t{0});
   micro_steps_ = metadata.value("micro_steps", int64_t{0});
-  set_learning_rate(*optimizer_, lr());
+  step_pending_ = false;
+  first_node_after_step_ = at::sequence_number::peek();
+  apply_schedule();
   return metadata.value("client_state", json::object());
 }
 

@@ -7,26 +7,98 @@
 #include "tessera/core/check.h"
 
 namespace tessera::runtime {
+namespace {
+
+using torch::optim::OptimizerParamGroup;
+
+// Two groups at most: the decaying parameters with the defaults, the excluded
+// ones with the defaults but weight_decay 0.
+template <typename Optim, typename Options>
+std::unique_ptr<torch::optim::Optimizer> build(const ConfigGroups& g, const Options& defaults) {
+  std::vector<OptimizerParamGroup> groups;
+  if (!g.decay.params.empty()) groups.emplace_back(g.decay.params);
+  if (!g.no_decay.params.empty()) {
+    auto options = std::make_unique<Options>(defaults);
+    options->weight_decay(0.0);
+    groups.emplace_back(g.no_decay.params, std::move(options));
+  }
+  // A model without trainable parameters still gets a (stepless) optimizer.
+  if (groups.empty()) groups.emplace_back(std::vector<at::Tensor>{});
+  return std::make_unique<Optim>(std::move(groups), defaults);
+}
+
+}  // namespace
+
+bool glob_match(const std::string& pattern, const std::string& text) {
+  // Iterative wildcard match with one backtrack point: linear in practice.
+  size_t p = 0, t = 0, star = std::string::npos, mark = 0;
+  while (t < text.size()) {
+    if (p < pattern.size() && (pattern[p] == '?' || pattern[p] == text[t])) {
+      ++p, ++t;
+    } else if (p < pattern.size() && pattern[p] == '*') {
+      star = p++;
+      mark = t;
+    } else if (star != std::string::npos) {
+      p = star + 1;
+      t = ++mark;
+    } else {
+      return false;
+    }
+  }
+  while (p < pattern.size() && pattern[p] == '*') ++p;
+  return p == pattern.size();
+}
+
+ConfigGroups split_weight_decay(const OptimizerConfig& c, const NamedParams& params) {
+  ConfigGroups g;
+  const bool split = c.weight_decay > 0 && !c.weight_decay_exclude.empty();
+  std::vector<bool> used(c.weight_decay_exclude.size(), false);
+  for (size_t i = 0; i < params.params.size(); ++i) {
+    bool excluded = false;
+    for (size_t k = 0; split && k < c.weight_decay_exclude.size(); ++k) {
+      if (glob_match(c.weight_decay_exclude[k], params.names[i])) excluded = used[k] = true;
+    }
+    NamedParams& dst = excluded ? g.no_decay : g.decay;
+    dst.names.push_back(params.names[i]);
+    dst.params.push_back(params.params[i]);
+  }
+  // Only patterns the user wrote must match: a default list may name layers a
+  // model does not have (biases of a bias-free GPT).
+  for (size_t k = 0; split && c.weight_decay_exclude_set && k < used.size(); ++k) {
+    TS_CHECK_T(ConfigError, used[k], "config 'optimizer.params.weight_decay_exclude' pattern '",
+               c.weight_decay_exclude[k], "' matches no trainable parameter; parameter names "
+               "look like '", params.names.empty() ? std::string("fc.weight") : params.names[0],
+               "' (`*` matches any characters)");
+  }
+  return g;
+}
 
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerConfig& c,
-                                                        std::vector<at::Tensor> params) {
+                                                        const NamedParams& params) {
+  const ConfigGroups groups = split_weight_decay(c, params);
   if (c.type == "Adam") {
     auto o = torch::optim::AdamOptions(c.lr)
                  .betas({c.betas[0], c.betas[1]})
                  .eps(c.eps)
-                 .weight_decay(c.weight_decay);
-    return std::make_unique<torch::optim::Adam>(std::move(params), o);
+                 .weight_decay(c.weight_decay)
+                 .amsgrad(c.amsgrad);
+    return build<torch::optim::Adam>(groups, o);
   }
   if (c.type == "AdamW") {
     auto o = torch::optim::AdamWOptions(c.lr)
                  .betas({c.betas[0], c.betas[1]})
                  .eps(c.eps)
-                 .weight_decay(c.weight_decay);
-    return std::make_unique<torch::optim::AdamW>(std::move(params), o);
+                 .weight_decay(c.weight_decay)
+                 .amsgrad(c.amsgrad);
+    return build<torch::optim::AdamW>(groups, o);
   }
   if (c.type == "SGD") {
-    auto o = torch::optim::SGDOptions(c.lr).momentum(c.momentum).weight_decay(c.weight_decay);
-    return std::make_unique<torch::optim::SGD>(std::move(params), o);
+    auto o = torch::optim::SGDOptions(c.lr)
+                 .momentum(c.momentum)
+                 .dampening(c.dampening)
+                 .nesterov(c.nesterov)
+                 .weight_decay(c.weight_decay);
+    return build<torch::optim::SGD>(groups, o);
   }
   TS_THROW(ConfigError, "unknown optimizer type '", c.type, "': use Adam, AdamW or SGD");
 }

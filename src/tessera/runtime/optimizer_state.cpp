@@ -3,8 +3,17 @@
 #include <ATen/ATen.h>
 #include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>
+#include <torch/optim/adagrad.h>
+#include <torch/optim/lbfgs.h>
+#include <torch/optim/rmsprop.h>
 #include <torch/optim/sgd.h>
+#include <torch/serialize/input-archive.h>
+#include <torch/serialize/output-archive.h>
 
+#include <c10/util/Type.h>
+
+#include <cstring>
+#include <sstream>
 #include <unordered_map>
 
 #include "tessera/core/check.h"
@@ -66,22 +75,52 @@ std::unique_ptr<State> load_adam_like(const Lookup& in, const std::string& base,
   return s;
 }
 
-enum class Kind { kAdam, kAdamW, kSgd };
+enum class Kind { kAdam, kAdamW, kSgd, kArchive };
 
-Kind kind_of(torch::optim::Optimizer& optimizer) {
-  if (dynamic_cast<torch::optim::Adam*>(&optimizer)) return Kind::kAdam;
-  if (dynamic_cast<torch::optim::AdamW*>(&optimizer)) return Kind::kAdamW;
-  if (dynamic_cast<torch::optim::SGD*>(&optimizer)) return Kind::kSgd;
-  TS_THROW(CheckpointError, "checkpointing supports the Adam, AdamW and SGD optimizers only");
+// Exact types only: a user's subclass of Adam may keep more state than Adam's.
+Kind kind_of(const torch::optim::Optimizer& optimizer) {
+  const auto& type = typeid(optimizer);
+  if (type == typeid(torch::optim::Adam)) return Kind::kAdam;
+  if (type == typeid(torch::optim::AdamW)) return Kind::kAdamW;
+  if (type == typeid(torch::optim::SGD)) return Kind::kSgd;
+  return Kind::kArchive;
+}
+
+constexpr const char* kArchiveName = "__archive__";
+
+at::Tensor archive_tensor(const torch::optim::Optimizer& optimizer) {
+  torch::serialize::OutputArchive archive;
+  optimizer.save(archive);
+  std::ostringstream bytes;
+  archive.save_to(bytes);
+  const std::string data = bytes.str();
+  at::Tensor t = at::empty({static_cast<int64_t>(data.size())}, at::kByte);
+  if (!data.empty()) std::memcpy(t.data_ptr(), data.data(), data.size());
+  return t;
 }
 
 }  // namespace
+
+std::string optimizer_type_name(const torch::optim::Optimizer& optimizer) {
+  const auto& type = typeid(optimizer);
+  if (type == typeid(torch::optim::Adam)) return "Adam";
+  if (type == typeid(torch::optim::AdamW)) return "AdamW";
+  if (type == typeid(torch::optim::SGD)) return "SGD";
+  if (type == typeid(torch::optim::RMSprop)) return "RMSprop";
+  if (type == typeid(torch::optim::Adagrad)) return "Adagrad";
+  if (type == typeid(torch::optim::LBFGS)) return "LBFGS";
+  return c10::demangle(type.name());
+}
 
 NamedTensors optimizer_state(torch::optim::Optimizer& optimizer, const NamedParams& params,
                              const std::string& prefix) {
   NamedTensors out;
   auto& state = optimizer.state();
   const Kind kind = kind_of(optimizer);
+  if (kind == Kind::kArchive) {
+    out.emplace_back(prefix + kArchiveName, archive_tensor(optimizer));
+    return out;
+  }
   for (size_t i = 0; i < params.params.size(); ++i) {
     auto it = state.find(state_key(params.params[i]));
     if (it == state.end()) continue;
@@ -108,6 +147,22 @@ StagedOptimizerState stage_optimizer_state(torch::optim::Optimizer& optimizer,
   const Kind kind = kind_of(optimizer);
   at::NoGradGuard no_grad;
   StagedOptimizerState staged;
+  if (kind == Kind::kArchive) {
+    const at::Tensor* t = in.find(prefix + kArchiveName);
+    TS_CHECK_T(CheckpointError, t != nullptr, "checkpoint has no tensor '", prefix, kArchiveName,
+               "' with the state of the ", optimizer_type_name(optimizer), " optimizer");
+    at::Tensor bytes = t->contiguous();
+    staged.archive.assign(static_cast<const char*>(bytes.data_ptr()), bytes.numel());
+    // Parse now, so a damaged archive fails before anything changes.
+    torch::serialize::InputArchive archive;
+    try {
+      archive.load_from(staged.archive.data(), staged.archive.size());
+    } catch (const c10::Error& e) {
+      TS_THROW(CheckpointError, "the saved state of the ", optimizer_type_name(optimizer),
+               " optimizer does not parse: ", e.what_without_backtrace());
+    }
+    return staged;
+  }
   for (size_t i = 0; i < params.params.size(); ++i) {
     const at::Tensor& p = params.params[i];
     const std::string base = prefix + params.names[i] + ".";
@@ -132,6 +187,18 @@ StagedOptimizerState stage_optimizer_state(torch::optim::Optimizer& optimizer,
 }
 
 void install_optimizer_state(torch::optim::Optimizer& optimizer, StagedOptimizerState staged) {
+  if (kind_of(optimizer) == Kind::kArchive) {
+    torch::serialize::InputArchive archive;
+    archive.load_from(staged.archive.data(), staged.archive.size());
+    try {
+      optimizer.load(archive);
+    } catch (const c10::Error& e) {
+      TS_THROW(CheckpointError, "the saved state does not fit this ", optimizer_type_name(optimizer),
+               " optimizer (build its parameter groups in the order they were saved): ",
+               e.what_without_backtrace());
+    }
+    return;
+  }
   auto& state = optimizer.state();
   for (size_t i = 0; i < staged.keys.size(); ++i) {
     state.erase(staged.keys[i]);

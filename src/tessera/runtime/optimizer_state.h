@@ -2,16 +2,23 @@
 // parameter identity (a new process, a rebuilt model).
 //
 // LibTorch's own optimizer serialization keys state by TensorImpl address and
-// restores it by position; here every entry is keyed by the parameter's dotted
-// module name instead, e.g. "optim.h.0.attn.c_attn.weight.exp_avg", so a
-// checkpoint can be inspected, reordered and (later) resharded by name.
+// restores it by position; for the optimizers whose state Tessera knows, every
+// entry is keyed by the parameter's dotted module name instead, e.g.
+// "optim.h.0.attn.c_attn.weight.exp_avg", so a checkpoint can be inspected,
+// reordered and resharded by name:
 //
 //   Adam, AdamW: step (int64 scalar), exp_avg, exp_avg_sq, max_exp_avg_sq (amsgrad)
 //   SGD:         momentum_buffer (when momentum is on and a step was taken)
 //
+// Any other optimizer (RMSprop, Adagrad, LBFGS, a user's own class) is stored whole
+// through its LibTorch save()/load() as one uint8 tensor "optim.__archive__"; it is
+// restored by parameter position, so the model and the optimizer's parameter
+// groups must be built in the same order. A user class must implement save() and
+// load() for its state to survive.
+//
 // A parameter without state (no step taken yet) contributes nothing; loading
 // clears such a parameter's state. Hyper-parameters (lr, betas, ...) are not
-// stored: they come from the config, and the lr from the schedule.
+// stored: they come from the config or the user's code, the lr from the schedule.
 #pragma once
 
 #include <torch/optim/optimizer.h>
@@ -21,17 +28,15 @@
 #include <vector>
 
 #include "tessera/checkpoint/checkpoint_writer.h"
+#include "tessera/runtime/named_params.h"
 
 namespace tessera::runtime {
 
-// The parameters an optimizer steps, with their module names (same order).
-struct NamedParams {
-  std::vector<std::string> names;
-  std::vector<at::Tensor> params;
-};
+// "Adam", "AdamW", "SGD", "RMSprop", "Adagrad", "LBFGS", or the C++ type name of a
+// user's optimizer class. Checkpoints record it; a load into another type fails.
+std::string optimizer_type_name(const torch::optim::Optimizer& optimizer);
 
 // Snapshot (detached references, not copies) of the state of `params`.
-// CheckpointError for an optimizer type other than Adam, AdamW or SGD.
 checkpoint::NamedTensors optimizer_state(torch::optim::Optimizer& optimizer,
                                          const NamedParams& params,
                                          const std::string& prefix = "optim.");
@@ -41,6 +46,7 @@ checkpoint::NamedTensors optimizer_state(torch::optim::Optimizer& optimizer,
 struct StagedOptimizerState {
   std::vector<std::string> keys;  // the optimizer's state keys, one per parameter
   std::vector<std::unique_ptr<torch::optim::OptimizerParamState>> states;
+  std::string archive;  // for optimizers stored whole (see above)
 };
 
 // Reads and checks the state of `params` from `tensors` without touching the
@@ -50,10 +56,12 @@ StagedOptimizerState stage_optimizer_state(torch::optim::Optimizer& optimizer,
                                            const NamedParams& params,
                                            const checkpoint::NamedTensors& tensors,
                                            const std::string& prefix = "optim.");
-// Replaces the state of the staged parameters. Cannot fail.
+// Replaces the state of the staged parameters. Cannot fail for the named
+// optimizers; for an archived one it is the optimizer's own load(), which
+// throws CheckpointError if the archive does not fit its parameter groups.
 void install_optimizer_state(torch::optim::Optimizer& optimizer, StagedOptimizerState staged);
 
-// stage + install: on error the optimizer keeps its state.
+// stage + install: on error a named optimizer keeps its state.
 void load_optimizer_state(torch::optim::Optimizer& optimizer, const NamedParams& params,
                           const checkpoint::NamedTensors& tensors,
                           const std::string& prefix = "optim.");

@@ -114,13 +114,16 @@ int train_command(const Args& args) {
                             ? runtime::Config::from_string(default_train_config(), "default config")
                             : runtime::Config::from_file(f.config);
   TrainSettings s = TrainSettings::from_config(cfg);
+  if (!cfg.optimizer.weight_decay_exclude_set) cfg.optimizer.weight_decay_exclude = gpt_no_weight_decay();
   if (f.steps > 0) s.steps = f.steps;
   if (!f.out.empty()) s.out_dir = f.out;
   const LaunchInfo launch = LaunchInfo::from_env();
   cfg.resolve_batch(launch.world_size);
   TrainData data(s, launch.world_size, launch.rank, cfg.seed);
 
-  init();
+  InitOptions init_options;
+  if (cfg.comm_timeout > 0) init_options.timeout_seconds = cfg.comm_timeout;
+  init(init_options);
   auto group = default_group();
   const int rank = group->rank();
   const bool rank0 = rank == 0;

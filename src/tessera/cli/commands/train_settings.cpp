@@ -39,6 +39,11 @@ const char* default_train_config() {
 })";
 }
 
+const std::vector<std::string>& gpt_no_weight_decay() {
+  static const std::vector<std::string> patterns = {"*.bias", "*ln_*", "wte.*", "wpe.*"};
+  return patterns;
+}
+
 bool TrainSettings::is_token_file() const { return ends_with(data_path, ".bin"); }
 
 TrainSettings TrainSettings::from_config(const runtime::Config& cfg) {

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "tessera/models/gpt.h"
 #include "tessera/runtime/config.h"
@@ -38,5 +39,10 @@ struct TrainSettings {
 
 // The embedded default config (JSON text) used without --config.
 const char* default_train_config();
+
+// Parameters of the GPT that get no weight decay unless the config's
+// optimizer.params.weight_decay_exclude says otherwise: biases, LayerNorms and the
+// embeddings (minGPT's and nanoGPT's grouping).
+const std::vector<std::string>& gpt_no_weight_decay();
 
 }  // namespace tessera::cli

@@ -55,6 +55,13 @@ class Backend {
   int size() const { return ctx_.size; }
   const BackendContext& context() const { return ctx_; }
 
+  // True if tensors on `device` can be handed to this backend. CPU backends
+  // (gloo, shm, mpi) take CPU tensors only; a GPU backend overrides this. The
+  // ProcessGroup refuses other tensors with an error naming backend and device.
+  virtual bool supports_device(c10::DeviceType device) const {
+    return device == c10::DeviceType::CPU;
+  }
+
   // True if reductions of `dtype` are computed exactly enough by the backend
   // itself (half types accumulated in float32). When false, the ProcessGroup
   // upcasts Half/BFloat16 to float32 around reductions.

@@ -19,6 +19,14 @@ std::vector<Bucket> assign_buckets(const std::vector<ParamSpec>& params, int64_t
   for (size_t k = params.size(); k-- > 0;) {
     const ParamSpec& p = params[k];
     if (p.numel <= 0) continue;
+    const int64_t bytes = p.numel * static_cast<int64_t>(c10::elementSize(p.dtype));
+    auto it = open.find(p.dtype);
+    // A parameter larger than the cap gets a bucket of its own: the smaller ones
+    // collected so far go out first instead of waiting for it.
+    if (bytes >= (closed.empty() ? first_cap_bytes : cap_bytes) && it != open.end()) {
+      closed.push_back(std::move(it->second));
+      open.erase(it);
+    }
     Bucket& b = open[p.dtype];
     b.dtype = p.dtype;
     b.params.push_back(k);

@@ -131,9 +131,9 @@ void Reducer::on_grad_ready(size_t index) {
   mark_ready(index);
 }
 
-void Reducer::mark_ready(size_t index) {
+void Reducer::bind_gradient(size_t index) {
   Slot& s = slots_[index];
-  if (s.bucket == SIZE_MAX || s.ready) return;
+  if (s.bucket == SIZE_MAX) return;
   at::NoGradGuard no_grad;
   auto& grad = params_[index].mutable_grad();
   // Usually grad already is the bucket view; after a set-to-none zero_grad or a
@@ -145,6 +145,28 @@ void Reducer::mark_ready(size_t index) {
     if (grad.data_ptr() != s.view.data_ptr()) s.view.copy_(grad);
     grad = s.view;
   }
+}
+
+void Reducer::bind_gradients() {
+  TS_CHECK(!in_backward_, "bind_gradients() during a backward pass");
+  for (size_t i = 0; i < params_.size(); ++i) bind_gradient(i);
+}
+
+void Reducer::zero_grad() {
+  TS_CHECK(!in_backward_, "zero_grad() during a backward pass");
+  for (auto& flat : flats_) flat.zero_();
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (slots_[i].bucket == SIZE_MAX) continue;
+    auto& grad = params_[i].mutable_grad();
+    if (!grad.is_same(slots_[i].view)) grad = slots_[i].view;
+  }
+}
+
+void Reducer::mark_ready(size_t index) {
+  Slot& s = slots_[index];
+  if (s.bucket == SIZE_MAX || s.ready) return;
+  // If the gradient was not bound before backward, this costs one copy.
+  bind_gradient(index);
   s.ready = true;
   if (--pending_[s.bucket] == 0) launch_ready_buckets();
 }

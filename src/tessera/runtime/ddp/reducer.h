@@ -73,7 +73,18 @@ class Reducer {
   // May queue collectives. No-op without find_unused_parameters or without sync.
   void prepare_for_backward(const std::vector<at::Tensor>& outputs);
 
+  // Zeroes every gradient bucket in place (one memset per bucket) and points each
+  // parameter's .grad back at its bucket view. Not during a backward pass.
+  void zero_grad();
+  // Points every .grad that is undefined (LibTorch 2.x's zero_grad sets them to
+  // None) or was replaced back at its bucket view, zeroed or filled with the
+  // replacement, so the next backward accumulates straight into the buckets with
+  // no copy. Cheap when nothing changed; called by the Engine before backward.
+  void bind_gradients();
+
   const std::vector<Bucket>& buckets() const { return buckets_; }
+  // The flat gradient buffer of each bucket.
+  const std::vector<at::Tensor>& bucket_buffers() const { return flats_; }
   const ReducerTimings& last_timings() const { return timings_; }
   const ReducerOptions& options() const { return options_; }
   // Number of synchronized backward passes completed.
@@ -87,6 +98,8 @@ class Reducer {
     bool ready = false;
   };
   void on_grad_ready(size_t index);
+  // .grad of parameter `index` := its bucket view, keeping the current value.
+  void bind_gradient(size_t index);
   void mark_ready(size_t index);
   void launch_ready_buckets();
   void finalize();

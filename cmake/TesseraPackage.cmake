@@ -1,0 +1,24 @@
+# `cpack -G DEB` in the build directory: a Debian package of what `cmake --install`
+# installs, into /usr, with the Debian packages it needs declared as dependencies
+# (LibTorch and the headers a user's build includes, the BLAS the models call, and
+# the backends this build was made with). scripts/check-deb-package.sh builds it,
+# installs it with apt-get and builds examples/ddp_mlp against it.
+set(CPACK_PACKAGE_NAME tessera)
+set(CPACK_PACKAGE_VENDOR "Tessera")
+set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "Distributed deep-learning training for LibTorch")
+set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})
+set(CPACK_GENERATOR DEB)
+set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
+set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
+set(CPACK_DEBIAN_PACKAGE_MAINTAINER "Tessera developers <tessera@localhost>")
+set(CPACK_DEBIAN_PACKAGE_SECTION libdevel)
+set(tessera_deb_depends "libtorch-dev" "nlohmann-json3-dev" "libopenblas0-pthread | libblas3")
+if(TESSERA_WITH_GLOO)
+  list(APPEND tessera_deb_depends "libgloo-dev")
+endif()
+if(TESSERA_WITH_MPI)
+  list(APPEND tessera_deb_depends "libopenmpi-dev" "openmpi-bin")
+endif()
+list(JOIN tessera_deb_depends ", " CPACK_DEBIAN_PACKAGE_DEPENDS)
+set(CPACK_DEBIAN_PACKAGE_RECOMMENDS "cmake, g++, pkg-config")
+include(CPack)
