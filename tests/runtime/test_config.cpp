@@ -124,8 +124,10 @@ TEST(Config, BadChoicesAndUnsupportedSections) {
   EXPECT_ERROR_HAS(R"({"train_batch_size": 8, "data_parallel": {"comm_hook": "int8"}})",
                    "use none, fp16 or bf16");
   EXPECT_ERROR_HAS(R"({"train_batch_size": 8, "fp16": {"enabled": true}})", "not supported");
-  EXPECT_ERROR_HAS(R"({"train_batch_size": 8, "zero_optimization": {"stage": 2}})",
-                   "not supported");
+  EXPECT_ERROR_HAS(R"({"train_batch_size": 8, "zero_optimization": {"stage": 4}})",
+                   "must be 0, 1, 2 or 3, got 4");
+  EXPECT_ERROR_HAS(R"({"train_batch_size": 8, "zero_optimization": {"stage": 2,
+                       "reduce_bukcet_size": 10}})", "did you mean 'reduce_bucket_size'");
   EXPECT_EQ(error_of(R"({"train_batch_size": 8, "fp16": {"enabled": false}})"), "(no error)");
 }
 

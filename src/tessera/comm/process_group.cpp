@@ -86,10 +86,12 @@ std::string ProcessGroup::backend_name() const { return impl_->backend_name_; }
 const std::vector<int>& ProcessGroup::global_ranks() const { return impl_->global_ranks_; }
 std::chrono::milliseconds ProcessGroup::timeout() const { return impl_->options_.timeout; }
 uint64_t ProcessGroup::sequence_number() const { return impl_->seq_.load(); }
+CommStats ProcessGroup::comm_stats() const { return impl_->comm_stats(); }
 
 WorkHandle ProcessGroup::all_reduce(at::Tensor tensor, ReduceOp op) {
   check_dense(*impl_->backend_, tensor, "all_reduce", "tensor");
   Backend* backend = impl_->backend_.get();
+  ProcessGroupImpl* impl = impl_.get();
   int size = impl_->size_;
   std::string sig = c10::str("all_reduce(", describe_tensor(tensor), ", ", to_string(op), ")");
   return impl_->enqueue_collective(OpType::kAllReduce, sig, [=] {
@@ -98,6 +100,7 @@ WorkHandle ProcessGroup::all_reduce(at::Tensor tensor, ReduceOp op) {
     bool upcast = is_half(dtype) && !backend->reduces_natively(dtype);
     bool divide = op == ReduceOp::kAvg && !backend->supports_avg();
     at::Tensor buf = upcast ? data.to(at::kFloat) : data;
+    impl->count(OpType::kAllReduce, buf.nbytes());
     backend->all_reduce(buf, divide ? ReduceOp::kSum : op);
     if (divide) divide_in_place(buf, size);
     if (upcast) data.copy_(buf);
@@ -110,9 +113,11 @@ WorkHandle ProcessGroup::broadcast(at::Tensor tensor, int root) {
   TS_CHECK_T(ConfigError, root >= 0 && root < size(), "broadcast: root ", root,
              " is not a rank of ", impl_->describe());
   Backend* backend = impl_->backend_.get();
+  ProcessGroupImpl* impl = impl_.get();
   std::string sig = c10::str("broadcast(", describe_tensor(tensor), ", root=", root, ")");
   return impl_->enqueue_collective(OpType::kBroadcast, sig, [=] {
     at::Tensor data = flat(tensor);
+    impl->count(OpType::kBroadcast, data.nbytes());
     backend->broadcast(data, root);
     write_back(tensor, data);
   });
@@ -129,11 +134,13 @@ WorkHandle ProcessGroup::all_gather(std::vector<at::Tensor> outputs, at::Tensor 
                " elements but the input has ", input.numel());
   }
   Backend* backend = impl_->backend_.get();
+  ProcessGroupImpl* impl = impl_.get();
   int size = impl_->size_;
   std::string sig = c10::str("all_gather(", describe_tensor(input), ")");
   return impl_->enqueue_collective(OpType::kAllGather, sig, [=] {
     int64_t n = input.numel();
     at::Tensor gathered = at::empty({n * size}, input.options());
+    impl->count(OpType::kAllGather, gathered.nbytes());
     backend->all_gather(flat(input), gathered, std::vector<int64_t>(size, n));
     for (int r = 0; r < size; ++r) outputs[r].copy_(gathered.narrow(0, r * n, n).view(outputs[r].sizes()));
   });
@@ -148,10 +155,12 @@ WorkHandle ProcessGroup::all_gather_into(at::Tensor output, at::Tensor input) {
              " must contribute ", counts[rank()], " elements of the ", output.numel(),
              "-element output, got ", input.numel());
   Backend* backend = impl_->backend_.get();
+  ProcessGroupImpl* impl = impl_.get();
   std::string sig = c10::str("all_gather_into(", c10::toString(output.scalar_type()), "[",
                              output.numel(), "])");
   return impl_->enqueue_collective(OpType::kAllGather, sig, [=] {
     at::Tensor out = flat(output);
+    impl->count(OpType::kAllGather, out.nbytes());
     backend->all_gather(flat(input), out, counts);
     write_back(output, out);
   });
@@ -166,6 +175,7 @@ WorkHandle ProcessGroup::reduce_scatter(at::Tensor output, at::Tensor input, Red
              " receives ", counts[rank()], " elements of the ", input.numel(),
              "-element input, but the output has ", output.numel());
   Backend* backend = impl_->backend_.get();
+  ProcessGroupImpl* impl = impl_.get();
   int size = impl_->size_;
   std::string sig = c10::str("reduce_scatter(", c10::toString(input.scalar_type()), "[",
                              input.numel(), "], ", to_string(op), ")");
@@ -177,6 +187,7 @@ WorkHandle ProcessGroup::reduce_scatter(at::Tensor output, at::Tensor input, Red
     bool divide = op == ReduceOp::kAvg && !backend->supports_avg();
     at::Tensor in_buf = upcast ? in.to(at::kFloat) : in;
     at::Tensor out_buf = upcast ? at::empty({out.numel()}, in_buf.options()) : out;
+    impl->count(OpType::kReduceScatter, in_buf.nbytes());
     backend->reduce_scatter(in_buf, out_buf, counts, divide ? ReduceOp::kSum : op);
     if (divide) divide_in_place(out_buf, size);
     if (upcast) out.copy_(out_buf);
@@ -212,9 +223,12 @@ WorkHandle ProcessGroup::all_to_all(at::Tensor output, at::Tensor input,
              "all_to_all: split sizes add up to ", in_total, " / ", out_total,
              " but the input / output have ", input.numel(), " / ", output.numel(), " elements");
   Backend* backend = impl_->backend_.get();
+  ProcessGroupImpl* impl = impl_.get();
   std::string sig = c10::str("all_to_all(", c10::toString(input.scalar_type()), ")");
   return impl_->enqueue_collective(OpType::kAllToAll, sig, [=] {
     at::Tensor out = flat(output);
+    const int64_t to_others = in_total - input_splits[impl->rank_];
+    impl->count(OpType::kAllToAll, to_others * input.element_size());
     backend->all_to_all(flat(input), out, input_splits, output_splits);
     write_back(output, out);
   });
@@ -225,7 +239,11 @@ WorkHandle ProcessGroup::send(at::Tensor tensor, int dst, int tag) {
   TS_CHECK_T(ConfigError, dst >= 0 && dst < size() && dst != rank(), "send: destination ", dst,
              " must be another rank of ", impl_->describe());
   Backend* backend = impl_->backend_.get();
-  return impl_->enqueue_p2p(OpType::kSend, dst, [=] { backend->send(flat(tensor), dst, tag); });
+  ProcessGroupImpl* impl = impl_.get();
+  return impl_->enqueue_p2p(OpType::kSend, dst, [=] {
+    impl->count(OpType::kSend, tensor.nbytes());
+    backend->send(flat(tensor), dst, tag);
+  });
 }
 
 WorkHandle ProcessGroup::recv(at::Tensor tensor, int src, int tag) {
@@ -233,7 +251,9 @@ WorkHandle ProcessGroup::recv(at::Tensor tensor, int src, int tag) {
   TS_CHECK_T(ConfigError, src >= 0 && src < size() && src != rank(), "recv: source ", src,
              " must be another rank of ", impl_->describe());
   Backend* backend = impl_->backend_.get();
+  ProcessGroupImpl* impl = impl_.get();
   return impl_->enqueue_p2p(OpType::kRecv, src, [=] {
+    impl->count(OpType::kRecv, tensor.nbytes());
     at::Tensor data = flat(tensor);
     backend->recv(data, src, tag);
     write_back(tensor, data);
@@ -242,7 +262,11 @@ WorkHandle ProcessGroup::recv(at::Tensor tensor, int src, int tag) {
 
 WorkHandle ProcessGroup::barrier() {
   Backend* backend = impl_->backend_.get();
-  return impl_->enqueue_collective(OpType::kBarrier, "barrier()", [=] { backend->barrier(); });
+  ProcessGroupImpl* impl = impl_.get();
+  return impl_->enqueue_collective(OpType::kBarrier, "barrier()", [=] {
+    impl->count(OpType::kBarrier, 0);
+    backend->barrier();
+  });
 }
 
 std::shared_ptr<ProcessGroup> ProcessGroup::new_subgroup(const std::vector<int>& ranks,

@@ -32,6 +32,7 @@
 #include "tessera/comm/base/reduce_op.h"
 #include "tessera/comm/base/store.h"
 #include "tessera/comm/base/work.h"
+#include "tessera/comm/comm_stats.h"
 
 namespace tessera::comm {
 
@@ -69,6 +70,9 @@ class ProcessGroup {
   std::chrono::milliseconds timeout() const;
   // Sequence number of the last collective queued (0 before the first).
   uint64_t sequence_number() const;
+  // Calls and bytes sent so far per op type by this rank (comm_stats.h); counted
+  // when an op runs. Thread-safe.
+  CommStats comm_stats() const;
 
   // In place on every rank.
   WorkHandle all_reduce(at::Tensor tensor, ReduceOp op = ReduceOp::kSum);

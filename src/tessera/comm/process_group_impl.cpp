@@ -122,6 +122,21 @@ void run_on_wait(Work& work, const std::shared_ptr<SerialExecutor>& queue, uint6
 }
 }  // namespace
 
+void ProcessGroupImpl::count(OpType op, uint64_t payload_bytes) {
+  const int i = static_cast<int>(op);
+  calls_[i].fetch_add(1, std::memory_order_relaxed);
+  bytes_[i].fetch_add(wire_bytes(op, payload_bytes, size_), std::memory_order_relaxed);
+}
+
+CommStats ProcessGroupImpl::comm_stats() const {
+  CommStats s;
+  for (int i = 0; i < kNumOpTypes; ++i) {
+    s.ops[i].calls = calls_[i].load(std::memory_order_relaxed);
+    s.ops[i].bytes = bytes_[i].load(std::memory_order_relaxed);
+  }
+  return s;
+}
+
 WorkHandle ProcessGroupImpl::enqueue_collective(OpType op, std::string signature,
                                                 std::function<void()> body) {
   uint64_t seq = ++seq_;

@@ -2,6 +2,8 @@
 // sequence counter, error enrichment and the broken state. Not a public header.
 #pragma once
 
+#include <array>
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -10,6 +12,7 @@
 
 #include "tessera/comm/base/backend.h"
 #include "tessera/comm/base/prefix_store.h"
+#include "tessera/comm/comm_stats.h"
 #include "tessera/comm/process_group.h"
 #include "tessera/comm/progress_monitor.h"
 #include "tessera/comm/serial_executor.h"
@@ -28,7 +31,11 @@ class ProcessGroupImpl {
   WorkHandle enqueue_p2p(OpType op, int peer, std::function<void()> body);
 
   void shutdown();
-  std::string describe() const;  // "group 'default' (gloo, rank 0 of 4)"
+  std::string describe() const;
+  // Counts one call of `op` that hands `payload_bytes` to the backend (from any
+  // queue thread); comm_stats() reads a snapshot.
+  void count(OpType op, uint64_t payload_bytes);
+  CommStats comm_stats() const;  // "group 'default' (gloo, rank 0 of 4)"
 
   std::shared_ptr<Store> root_store_;
   std::shared_ptr<PrefixStore> store_;
@@ -43,6 +50,8 @@ class ProcessGroupImpl {
   std::atomic<uint64_t> seq_{0};
   ProgressCounters progress_;
   int subgroups_created_ = 0;
+  std::array<std::atomic<uint64_t>, kNumOpTypes> calls_{};
+  std::array<std::atomic<uint64_t>, kNumOpTypes> bytes_{};
 
  private:
   void run_collective(OpType op, uint64_t seq, const std::string& signature,

@@ -104,7 +104,7 @@ GPTImpl::GPTImpl(const GPTConfig& config) : config_(config) {
   wte = register_module("wte", torch::nn::Embedding(config.vocab_size, config.n_embd));
   wpe = register_module("wpe", torch::nn::Embedding(config.block_size, config.n_embd));
   drop = register_module("drop", torch::nn::Dropout(config.dropout));
-  h = register_module("h", torch::nn::ModuleList());
+  h = register_module("h", torch::nn::Sequential());
   for (int64_t i = 0; i < config.n_layer; ++i) h->push_back(Block(config));
   ln_f = register_module("ln_f", make_ln(config));
   init_weights();
@@ -142,7 +142,8 @@ torch::Tensor GPTImpl::forward(const torch::Tensor& idx) {
            " exceeds block_size ", config_.block_size, " (crop the input or raise block_size)");
   auto pos = torch::arange(T, torch::TensorOptions().dtype(torch::kLong).device(idx.device()));
   auto x = drop(wte(idx) + wpe(pos));
-  for (const auto& block : *h) x = block->as<Block>()->forward(x);
+  // Through the Sequential, so ZeRO stage 3 can wrap the blocks (zero/sharded_module.h).
+  x = h->forward(x);
   x = ln_f(x);
   // Tied head: the token embedding doubles as the output projection.
   return F::linear(x, wte->weight);

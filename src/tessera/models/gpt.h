@@ -115,7 +115,7 @@ class GPTImpl : public torch::nn::Module {
   torch::nn::Embedding wte{nullptr};  // token embedding, also the LM head
   torch::nn::Embedding wpe{nullptr};  // position embedding
   torch::nn::Dropout drop{nullptr};
-  torch::nn::ModuleList h{nullptr};  // Blocks
+  torch::nn::Sequential h{nullptr};  // Blocks, called in order (ZeRO-3 can wrap them)
   torch::nn::LayerNorm ln_f{nullptr};
 
  private:

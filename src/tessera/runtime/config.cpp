@@ -56,24 +56,48 @@ std::string path(const std::string& where, const std::string& key) {
   return where.empty() ? key : where + "." + key;
 }
 
-// Sections that other engines (ZeRO, mixed precision) own: accepted only when off,
-// so a config written for them fails loudly here instead of silently training fp32.
+// Mixed precision is not part of the engine yet: accepted only when off, so a
+// config written for it fails loudly here instead of silently training fp32.
 void check_unsupported(const json& j) {
-  if (j.contains("fp16") || j.contains("bf16")) {
-    for (const char* k : {"fp16", "bf16"}) {
-      if (!j.contains(k)) continue;
-      TS_CHECK_T(ConfigError, j[k].is_object(), "config key '", k, "' must be an object");
-      TS_CHECK_T(ConfigError, !read_bool(j[k], "enabled", k, false), "config '", k,
-                 ".enabled': true is not supported by the data-parallel engine; remove it "
-                 "or set it to false");
-    }
+  for (const char* k : {"fp16", "bf16"}) {
+    if (!j.contains(k)) continue;
+    TS_CHECK_T(ConfigError, j[k].is_object(), "config key '", k, "' must be an object");
+    TS_CHECK_T(ConfigError, !read_bool(j[k], "enabled", k, false), "config '", k,
+               ".enabled': true is not supported by the engine yet; remove it or set it to "
+               "false");
   }
-  if (j.contains("zero_optimization")) {
-    const json& z = j["zero_optimization"];
-    TS_CHECK_T(ConfigError, z.is_object(), "config key 'zero_optimization' must be an object");
-    TS_CHECK_T(ConfigError, read_int(z, "stage", "zero_optimization", 0) == 0,
-               "config 'zero_optimization.stage' > 0 is not supported by the data-parallel "
-               "engine; use stage 0");
+}
+
+const std::vector<std::string> kZeroKeys = {
+    "stage", "reduce_bucket_size", "allgather_bucket_size", "overlap_comm",
+    "contiguous_gradients", "reduce_scatter", "stage3_prefetch_bucket_size",
+    "stage3_param_persistence_threshold", "stage3_max_live_parameters",
+    "stage3_max_reuse_distance"};
+
+void parse_zero(const json& z, ZeroConfig& c) {
+  const std::string w = "zero_optimization";
+  check_known_keys(z, kZeroKeys, w);
+  c.stage = static_cast<int>(read_int(z, "stage", w, 0));
+  TS_CHECK_T(ConfigError, c.stage >= 0 && c.stage <= 3,
+             "config 'zero_optimization.stage' must be 0, 1, 2 or 3, got ", c.stage);
+  c.reduce_bucket_size = read_positive_int(z, "reduce_bucket_size", w, c.reduce_bucket_size);
+  c.allgather_bucket_size = read_positive_int(z, "allgather_bucket_size", w, c.allgather_bucket_size);
+  c.overlap_comm_set = z.contains("overlap_comm");
+  c.overlap_comm = read_bool(z, "overlap_comm", w, c.overlap_comm);
+  c.contiguous_gradients = read_bool(z, "contiguous_gradients", w, c.contiguous_gradients);
+  c.reduce_scatter = read_bool(z, "reduce_scatter", w, c.reduce_scatter);
+  c.stage3_prefetch_bucket_size =
+      read_int(z, "stage3_prefetch_bucket_size", w, c.stage3_prefetch_bucket_size);
+  c.stage3_param_persistence_threshold =
+      read_int(z, "stage3_param_persistence_threshold", w, c.stage3_param_persistence_threshold);
+  c.stage3_max_live_parameters =
+      read_int(z, "stage3_max_live_parameters", w, c.stage3_max_live_parameters);
+  c.stage3_max_reuse_distance =
+      read_int(z, "stage3_max_reuse_distance", w, c.stage3_max_reuse_distance);
+  for (const char* k : {"stage3_prefetch_bucket_size", "stage3_param_persistence_threshold",
+                        "stage3_max_live_parameters", "stage3_max_reuse_distance"}) {
+    TS_CHECK_T(ConfigError, read_int(z, k, w, 0) >= 0, "config key 'zero_optimization.", k,
+               "' must be >= 0, got ", read_int(z, k, w, 0));
   }
 }
 
@@ -259,6 +283,7 @@ Config Config::from_json(const json& j, const std::string& source) {
   if (j.contains("optimizer")) parse_optimizer(j["optimizer"], c.optimizer);
   c.scheduler.warmup_max_lr = c.optimizer.lr;
   if (j.contains("scheduler")) parse_scheduler(j["scheduler"], c.scheduler, c.optimizer.lr);
+  if (j.contains("zero_optimization")) parse_zero(j["zero_optimization"], c.zero);
   if (j.contains("data_parallel")) {
     const json& d = j["data_parallel"];
     check_known_keys(d, kDataParallelKeys, "data_parallel");

@@ -61,6 +61,23 @@ struct DataParallelConfig {
   std::string comm_hook = "none";  // none | fp16 | bf16
 };
 
+// DeepSpeed's "zero_optimization" section (docs/zero.md says which keys act here).
+struct ZeroConfig {
+  int stage = 0;  // 0: plain data parallel (DDP); 1, 2, 3: ZeRO stages
+  int64_t reduce_bucket_size = 500000000;     // elements per gradient unit (stages 1, 2)
+  int64_t allgather_bucket_size = 500000000;  // accepted; all-gathers follow the units
+  bool overlap_comm = false;  // reduce each unit as soon as its gradients are ready
+  bool overlap_comm_set = false;  // written in the config (stage 3 defaults to true)
+  bool contiguous_gradients = true;  // accepted; gradients are always contiguous here
+  bool reduce_scatter = true;        // false: all-reduce the gradients instead
+  int64_t stage3_prefetch_bucket_size = 50000000;          // largest unit prefetched
+  int64_t stage3_param_persistence_threshold = 100000;     // smaller parameters stay whole
+  int64_t stage3_max_live_parameters = 1000000000;         // gathered elements alive at once
+  int64_t stage3_max_reuse_distance = 1000000000;          // accepted, no effect
+  // overlap_comm as it applies: DeepSpeed's default is on for stage 3 only.
+  bool overlap() const { return overlap_comm_set ? overlap_comm : stage == 3; }
+};
+
 struct Config {
   // As written (0: absent); see resolve_batch().
   int64_t train_batch_size = 0;
@@ -70,6 +87,7 @@ struct Config {
   OptimizerConfig optimizer;
   SchedulerConfig scheduler;
   DataParallelConfig data_parallel;
+  ZeroConfig zero;
   int64_t steps_per_print = 10;
   bool wall_clock_breakdown = false;
   // Collective and store timeout in seconds (0: TESSERA_TIMEOUT, default 300);

@@ -6,12 +6,17 @@
 
 #include <cmath>
 #include <cstdio>
+#include <sys/resource.h>
+
 #include <unordered_map>
+#include <unordered_set>
 
 #include "tessera/comm/init.h"
 #include "tessera/core/check.h"
 #include "tessera/core/logging.h"
 #include "tessera/runtime/optimizer_factory.h"
+#include "tessera/runtime/optimizer_state.h"
+#include "tessera/runtime/replicas.h"
 
 namespace tessera::runtime {
 namespace {
@@ -72,20 +77,32 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, Config config,
                std::shared_ptr<comm::ProcessGroup> group, bool user_optimizer)
     : config_(resolved(std::move(config), group ? group->size() : 1)),
       group_(std::move(group)),
+      module_(std::move(module)),
       schedule_(config_.scheduler) {
   TS_CHECK_T(ConfigError, group_ != nullptr, "tessera::Engine needs a process group");
-  TS_CHECK_T(ConfigError, module != nullptr, "tessera::Engine needs a module");
+  TS_CHECK_T(ConfigError, module_ != nullptr, "tessera::Engine needs a module");
   TS_CHECK_T(ConfigError, !user_optimizer || !config_.optimizer.present,
              "the config has an \"optimizer\" section and an optimizer was passed to "
              "tessera::initialize as well; remove one of them");
-  ddp_ = std::make_unique<ddp::DistributedDataParallel>(std::move(module), group_,
-                                                        ddp_options(config_.data_parallel));
+  for (const auto& b : module_->buffers()) buffers_.push_back(b);
+  if (config_.zero.stage == 0) {
+    ddp_ = std::make_unique<ddp::DistributedDataParallel>(module_, group_,
+                                                          ddp_options(config_.data_parallel));
+  }
 }
 
 Engine::Engine(std::shared_ptr<torch::nn::Module> module, Config config,
                std::shared_ptr<comm::ProcessGroup> group)
     : Engine(std::move(module), std::move(config), std::move(group), false) {
-  adopt_optimizer(make_optimizer(config_.optimizer, trainable(ddp_->module())));
+  if (!zero_stage()) {
+    adopt_optimizer(make_optimizer(config_.optimizer, trainable(*module_)));
+    return;
+  }
+  const OptimizerConfig oc = config_.optimizer;
+  shard_and_build(config_param_groups(oc, trainable(*module_)),
+                  [&oc](std::vector<torch::optim::OptimizerParamGroup> groups) {
+                    return make_optimizer(oc, std::move(groups));
+                  });
 }
 
 Engine::Engine(std::shared_ptr<torch::nn::Module> module, Config config,
@@ -93,6 +110,10 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, Config config,
                std::shared_ptr<torch::optim::Optimizer> optimizer)
     : Engine(std::move(module), std::move(config), std::move(group), true) {
   TS_CHECK_T(ConfigError, optimizer != nullptr, "tessera::initialize got a null optimizer");
+  TS_CHECK_T(ConfigError, !zero_stage(), "ZeRO stage ", zero_stage(), " keeps only this rank's "
+             "shard of the optimizer state, so it builds the optimizer itself over the shards: "
+             "pass a factory (tessera::initialize(model, config, factory, param_groups)) "
+             "instead of an optimizer");
   adopt_optimizer(std::move(optimizer));
 }
 
@@ -101,18 +122,83 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, Config config,
                std::vector<torch::optim::OptimizerParamGroup> param_groups)
     : Engine(std::move(module), std::move(config), std::move(group), true) {
   TS_CHECK_T(ConfigError, factory != nullptr, "tessera::initialize got an empty optimizer factory");
-  if (param_groups.empty()) param_groups.emplace_back(trainable(ddp_->module()).params);
-  auto optimizer = factory(std::move(param_groups));
-  TS_CHECK_T(ConfigError, optimizer != nullptr, "the optimizer factory returned null");
-  adopt_optimizer(std::move(optimizer));
+  if (param_groups.empty()) param_groups.emplace_back(trainable(*module_).params);
+  auto call = [&factory](std::vector<torch::optim::OptimizerParamGroup> groups) {
+    auto optimizer = factory(std::move(groups));
+    TS_CHECK_T(ConfigError, optimizer != nullptr, "the optimizer factory returned null");
+    return optimizer;
+  };
+  if (!zero_stage()) {
+    adopt_optimizer(call(std::move(param_groups)));
+    return;
+  }
+  // Name the user's groups after the module, then let ZeRO shard them.
+  std::unordered_map<const c10::TensorImpl*, std::string> names;
+  for (auto& p : module_->named_parameters(true)) names[p.value().unsafeGetTensorImpl()] = p.key();
+  std::vector<ParamGroupSpec> specs;
+  for (auto& g : param_groups) {
+    ParamGroupSpec spec;
+    for (const auto& p : g.params()) {
+      auto it = names.find(p.unsafeGetTensorImpl());
+      TS_CHECK_T(ConfigError, it != names.end(), "a parameter group holds a tensor of shape ",
+                 p.sizes(), " that is not a parameter of the model");
+      spec.params.names.push_back(it->second);
+      spec.params.params.push_back(p);
+    }
+    if (g.has_options()) spec.options = g.options().clone();
+    specs.push_back(std::move(spec));
+  }
+  shard_and_build(std::move(specs), call);
+}
+
+void Engine::shard_and_build(
+    std::vector<ParamGroupSpec> groups,
+    const std::function<std::unique_ptr<torch::optim::Optimizer>(
+        std::vector<torch::optim::OptimizerParamGroup>)>& build) {
+  std::vector<ParamGroupSpec> specs = std::move(groups);
+  zero_ = std::make_unique<zero::ZeroDataParallel>(module_, group_, config_.zero, std::move(specs));
+  optimizer_ = build(zero_->optimizer_groups());
+  // Checkpoints and errors speak of the module's parameters, not the shards.
+  trainable_ = NamedParams{};
+  for (const auto& u : zero_->units()) {
+    for (size_t i = 0; i < u->params().size(); ++i) {
+      trainable_.names.push_back(u->names()[i]);
+      trainable_.params.push_back(u->params()[i]);
+    }
+  }
+  group_lrs_.clear();
+  for (const auto& g : optimizer_->param_groups()) group_lrs_.push_back(g.options().get_lr());
+  apply_schedule();
 }
 
 void Engine::adopt_optimizer(std::shared_ptr<torch::optim::Optimizer> optimizer) {
   optimizer_ = std::move(optimizer);
-  trainable_ = name_optimizer_params(*optimizer_, ddp_->module());
+  trainable_ = name_optimizer_params(*optimizer_, *module_);
   group_lrs_.clear();
   for (const auto& g : optimizer_->param_groups()) group_lrs_.push_back(g.options().get_lr());
   apply_schedule();
+}
+
+torch::nn::Module& Engine::module() { return *module_; }
+
+ddp::DistributedDataParallel& Engine::ddp() {
+  TS_CHECK_T(ConfigError, ddp_ != nullptr, "this engine runs ZeRO stage ", zero_stage(),
+             ", not DistributedDataParallel");
+  return *ddp_;
+}
+
+zero::ZeroDataParallel& Engine::zero() {
+  TS_CHECK_T(ConfigError, zero_ != nullptr, "this engine runs DistributedDataParallel (ZeRO "
+             "stage 0)");
+  return *zero_;
+}
+
+void Engine::zero_grad() {
+  if (zero_) {
+    zero_->zero_grad();
+  } else {
+    ddp_->zero_grad();
+  }
 }
 
 void Engine::apply_schedule() {
@@ -150,15 +236,18 @@ void Engine::backward(const at::Tensor& loss) {
   const at::Tensor scaled = ga > 1 ? loss / static_cast<double>(ga) : loss;
   const auto start = Clock::now();
   const bool boundary = is_gradient_accumulation_boundary();
-  ddp_->reducer().bind_gradients();
-  if (!boundary) {
+  if (zero_) {
+    zero_->backward(scaled, boundary);
+  } else if (!boundary) {
+    ddp_->reducer().bind_gradients();
     auto guard = ddp_->no_sync();
     scaled.backward();
   } else {
+    ddp_->reducer().bind_gradients();
     ddp_->prepare_for_backward(scaled);
     scaled.backward();
   }
-  if (boundary && config_.wall_clock_breakdown) {
+  if (ddp_ && boundary && config_.wall_clock_breakdown) {
     const auto& t = ddp_->reducer().last_timings();
     window_.allreduce_wait_ms +=
         std::chrono::duration<double, std::milli>(t.reduced - t.backward_end).count();
@@ -170,6 +259,8 @@ void Engine::backward(const at::Tensor& loss) {
 }
 
 double Engine::clip_gradients() {
+  // ZeRO: each rank holds a shard of the gradients; the norm needs every rank's.
+  if (zero_) return zero_->clip_grad_norm(config_.gradient_clipping);
   // After the all_reduce every rank holds the same averaged gradients, so the
   // local norm is the global norm: no extra collective.
   at::NoGradGuard no_grad;
@@ -200,13 +291,18 @@ bool Engine::step() {
   const auto start = Clock::now();
   last_grad_norm_ = clip_gradients();
   optimizer_->step();
-  // In place in the buckets: .grad stays a view into them, whatever the LibTorch
-  // version's zero_grad default.
-  ddp_->zero_grad();
+  if (zero_) {
+    zero_->after_step();  // all-gathers the updated shards, zeroes the gradient shards
+    if (config_.data_parallel.broadcast_buffers) broadcast_from_rank0(buffers_, *group_);
+  } else {
+    // In place in the buckets: .grad stays a view into them, whatever the LibTorch
+    // version's zero_grad default.
+    ddp_->zero_grad();
+    ddp_->sync_buffers();
+  }
   ++global_steps_;
   step_pending_ = false;
   first_node_after_step_ = at::sequence_number::peek();
-  ddp_->sync_buffers();
   apply_schedule();
   if (config_.wall_clock_breakdown) {
     window_.step_ms += ms_since(start);
@@ -214,6 +310,34 @@ bool Engine::step() {
     if (global_steps_ % config_.steps_per_print == 0) close_breakdown_window();
   }
   return true;
+}
+
+MemoryStats Engine::memory_stats() const {
+  MemoryStats m;
+  std::unordered_set<const c10::StorageImpl*> seen;
+  auto bytes = [&seen](const at::Tensor& t) -> int64_t {
+    if (!t.defined() || !t.has_storage()) return 0;
+    return seen.insert(t.storage().unsafeGetStorageImpl()).second
+               ? static_cast<int64_t>(t.storage().nbytes())
+               : 0;
+  };
+  if (zero_) {
+    m.param_bytes = zero_->param_bytes();
+    m.grad_bytes = zero_->grad_bytes();
+    m.buffer_bytes = zero_->buffer_bytes();
+    // Parameters no unit holds (frozen ones) are whole.
+    for (const auto& u : zero_->units()) {
+      for (const auto& p : u->params()) seen.insert(p.storage().unsafeGetStorageImpl());
+    }
+    for (const auto& p : module_->parameters()) m.param_bytes += bytes(p);
+  } else {
+    for (const auto& p : module_->parameters()) m.param_bytes += bytes(p);
+    for (const auto& flat : ddp_->reducer().bucket_buffers()) m.grad_bytes += bytes(flat);
+  }
+  m.optimizer_bytes = optimizer_state_bytes(*optimizer_);
+  struct rusage usage {};
+  if (::getrusage(RUSAGE_SELF, &usage) == 0) m.peak_rss_bytes = int64_t{usage.ru_maxrss} * 1024;
+  return m;
 }
 
 void Engine::close_breakdown_window() {

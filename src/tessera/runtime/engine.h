@@ -7,7 +7,8 @@
 //     engine.step();           // optimizer + scheduler only at the boundary
 //   }
 //
-// It wraps the module in DistributedDataParallel, takes the optimizer from the
+// It wraps the module in DistributedDataParallel (or, with zero_optimization.stage
+// 1-3, in ZeroDataParallel: zero/zero_data_parallel.h), takes the optimizer from the
 // config's "optimizer" section or from the caller (an optimizer, or a factory
 // over parameter groups, like deepspeed.initialize(optimizer=..., model_parameters=
 // ...)), applies the LR schedule with DeepSpeed's timing (lr_schedules.h), clips
@@ -35,6 +36,7 @@
 #include <torch/nn/modules/container/any.h>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -47,6 +49,7 @@
 #include "tessera/runtime/lr_schedules.h"
 #include "tessera/runtime/named_params.h"
 #include "tessera/runtime/optimizer_factory.h"
+#include "tessera/runtime/zero/zero_data_parallel.h"
 
 namespace torch::autograd {
 struct Node;
@@ -56,6 +59,17 @@ namespace tessera::runtime {
 
 // Per-step averages (milliseconds) over the last steps_per_print window, filled
 // when wall_clock_breakdown is on.
+// What this rank holds now, in bytes, counted from the tensors' storages (each
+// storage once), plus the process's peak resident set size.
+struct MemoryStats {
+  int64_t param_bytes = 0;      // parameters: whole, shards, and gathered stage-3 units alive
+  int64_t grad_bytes = 0;       // gradients: DDP buckets, flat gradients or shards, live .grad
+  int64_t optimizer_bytes = 0;  // optimizer state (moments, momentum buffers)
+  int64_t buffer_bytes = 0;     // communication buffers in flight
+  int64_t peak_rss_bytes = 0;   // getrusage ru_maxrss of this process
+  int64_t model_state_bytes() const { return param_bytes + grad_bytes + optimizer_bytes; }
+};
+
 struct WallClockBreakdown {
   int64_t steps = 0;             // optimizer steps in the window
   double forward_ms = 0;         // engine.forward() calls (0 if the model is called directly)
@@ -73,7 +87,8 @@ class Engine {
          std::shared_ptr<comm::ProcessGroup> group);
   // The caller's optimizer, built over parameters of `module` (any subset, in any
   // groups). The config must have no "optimizer" section (ConfigError otherwise).
-  // Its lr is left alone unless the config has a scheduler.
+  // Its lr is left alone unless the config has a scheduler. Not with ZeRO, which
+  // builds the optimizer over its shards: pass a factory instead.
   Engine(std::shared_ptr<torch::nn::Module> module, Config config,
          std::shared_ptr<comm::ProcessGroup> group,
          std::shared_ptr<torch::optim::Optimizer> optimizer);
@@ -113,8 +128,8 @@ class Engine {
   bool step();
   // True when the next backward() completes an accumulation window.
   bool is_gradient_accumulation_boundary() const;
-  // Zeroes the gradients in place in the DDP buckets (step() already does).
-  void zero_grad() { ddp_->zero_grad(); }
+  // Zeroes the gradients in place (DDP buckets or ZeRO shards; step() already does).
+  void zero_grad();
 
   int64_t global_steps() const { return global_steps_; }
   int64_t micro_steps() const { return micro_steps_; }
@@ -145,8 +160,16 @@ class Engine {
   // The last completed wall_clock_breakdown window (steps == 0 before one ends).
   const WallClockBreakdown& wall_clock_breakdown() const { return breakdown_; }
 
-  torch::nn::Module& module() { return ddp_->module(); }
-  ddp::DistributedDataParallel& ddp() { return *ddp_; }
+  // The ZeRO stage this engine runs (0: DistributedDataParallel).
+  int zero_stage() const { return config_.zero.stage; }
+  torch::nn::Module& module();
+  // The DDP wrapper (ConfigError under ZeRO) or the ZeRO one (ConfigError at stage 0).
+  ddp::DistributedDataParallel& ddp();
+  zero::ZeroDataParallel& zero();
+  // Bytes held by this rank now (see MemoryStats).
+  MemoryStats memory_stats() const;
+  // What the group has sent so far (comm_stats.h); subtract two snapshots for a step.
+  comm::CommStats comm_stats() const { return group_->comm_stats(); }
   torch::optim::Optimizer& optimizer() { return *optimizer_; }
   // The optimizer's parameters with their module names, in optimizer order.
   const NamedParams& optimizer_parameters() const { return trainable_; }
@@ -162,13 +185,20 @@ class Engine {
   Engine(std::shared_ptr<torch::nn::Module> module, Config config,
          std::shared_ptr<comm::ProcessGroup> group, bool user_optimizer);
   void adopt_optimizer(std::shared_ptr<torch::optim::Optimizer> optimizer);
+  // ZeRO: shards `groups` and builds the optimizer over the shards with `build`.
+  void shard_and_build(std::vector<ParamGroupSpec> groups,
+                       const std::function<std::unique_ptr<torch::optim::Optimizer>(
+                           std::vector<torch::optim::OptimizerParamGroup>)>& build);
   void apply_schedule();
   double clip_gradients();
   void close_breakdown_window();
 
   Config config_;
   std::shared_ptr<comm::ProcessGroup> group_;
-  std::unique_ptr<ddp::DistributedDataParallel> ddp_;
+  std::shared_ptr<torch::nn::Module> module_;
+  std::unique_ptr<ddp::DistributedDataParallel> ddp_;  // stage 0
+  std::unique_ptr<zero::ZeroDataParallel> zero_;      // stages 1-3
+  std::vector<at::Tensor> buffers_;                   // module buffers (ZeRO syncs them)
   std::shared_ptr<torch::optim::Optimizer> optimizer_;
   NamedParams trainable_;  // what the optimizer steps, with module names
   std::vector<double> group_lrs_;  // each group's own lr, what WarmupCosineLR scales

@@ -11,20 +11,31 @@ namespace {
 
 using torch::optim::OptimizerParamGroup;
 
-// Two groups at most: the decaying parameters with the defaults, the excluded
-// ones with the defaults but weight_decay 0.
-template <typename Optim, typename Options>
-std::unique_ptr<torch::optim::Optimizer> build(const ConfigGroups& g, const Options& defaults) {
-  std::vector<OptimizerParamGroup> groups;
-  if (!g.decay.params.empty()) groups.emplace_back(g.decay.params);
-  if (!g.no_decay.params.empty()) {
-    auto options = std::make_unique<Options>(defaults);
-    options->weight_decay(0.0);
-    groups.emplace_back(g.no_decay.params, std::move(options));
+// The config's options for its optimizer type, with the given weight decay.
+std::unique_ptr<torch::optim::OptimizerOptions> config_options(const OptimizerConfig& c,
+                                                               double weight_decay) {
+  if (c.type == "Adam") {
+    return std::make_unique<torch::optim::AdamOptions>(torch::optim::AdamOptions(c.lr)
+                                                           .betas({c.betas[0], c.betas[1]})
+                                                           .eps(c.eps)
+                                                           .weight_decay(weight_decay)
+                                                           .amsgrad(c.amsgrad));
   }
-  // A model without trainable parameters still gets a (stepless) optimizer.
-  if (groups.empty()) groups.emplace_back(std::vector<at::Tensor>{});
-  return std::make_unique<Optim>(std::move(groups), defaults);
+  if (c.type == "AdamW") {
+    return std::make_unique<torch::optim::AdamWOptions>(torch::optim::AdamWOptions(c.lr)
+                                                            .betas({c.betas[0], c.betas[1]})
+                                                            .eps(c.eps)
+                                                            .weight_decay(weight_decay)
+                                                            .amsgrad(c.amsgrad));
+  }
+  if (c.type == "SGD") {
+    return std::make_unique<torch::optim::SGDOptions>(torch::optim::SGDOptions(c.lr)
+                                                          .momentum(c.momentum)
+                                                          .dampening(c.dampening)
+                                                          .nesterov(c.nesterov)
+                                                          .weight_decay(weight_decay));
+  }
+  TS_THROW(ConfigError, "unknown optimizer type '", c.type, "': use Adam, AdamW or SGD");
 }
 
 }  // namespace
@@ -73,34 +84,45 @@ ConfigGroups split_weight_decay(const OptimizerConfig& c, const NamedParams& par
   return g;
 }
 
+std::vector<ParamGroupSpec> config_param_groups(const OptimizerConfig& c,
+                                                const NamedParams& params) {
+  ConfigGroups g = split_weight_decay(c, params);
+  std::vector<ParamGroupSpec> groups;
+  if (!g.decay.params.empty()) groups.push_back({std::move(g.decay), nullptr});
+  if (!g.no_decay.params.empty()) {
+    groups.push_back({std::move(g.no_decay), config_options(c, /*weight_decay=*/0.0)});
+  }
+  // A model without trainable parameters still gets a (stepless) optimizer.
+  if (groups.empty()) groups.push_back({NamedParams{}, nullptr});
+  return groups;
+}
+
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerConfig& c,
                                                         const NamedParams& params) {
-  const ConfigGroups groups = split_weight_decay(c, params);
+  std::vector<OptimizerParamGroup> groups;
+  for (auto& spec : config_param_groups(c, params)) {
+    if (spec.options) {
+      groups.emplace_back(spec.params.params, std::move(spec.options));
+    } else {
+      groups.emplace_back(spec.params.params);
+    }
+  }
+  return make_optimizer(c, std::move(groups));
+}
+
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerConfig& c,
+                                                        std::vector<OptimizerParamGroup> groups) {
+  auto defaults = config_options(c, c.weight_decay);
   if (c.type == "Adam") {
-    auto o = torch::optim::AdamOptions(c.lr)
-                 .betas({c.betas[0], c.betas[1]})
-                 .eps(c.eps)
-                 .weight_decay(c.weight_decay)
-                 .amsgrad(c.amsgrad);
-    return build<torch::optim::Adam>(groups, o);
+    return std::make_unique<torch::optim::Adam>(
+        std::move(groups), static_cast<torch::optim::AdamOptions&>(*defaults));
   }
   if (c.type == "AdamW") {
-    auto o = torch::optim::AdamWOptions(c.lr)
-                 .betas({c.betas[0], c.betas[1]})
-                 .eps(c.eps)
-                 .weight_decay(c.weight_decay)
-                 .amsgrad(c.amsgrad);
-    return build<torch::optim::AdamW>(groups, o);
+    return std::make_unique<torch::optim::AdamW>(
+        std::move(groups), static_cast<torch::optim::AdamWOptions&>(*defaults));
   }
-  if (c.type == "SGD") {
-    auto o = torch::optim::SGDOptions(c.lr)
-                 .momentum(c.momentum)
-                 .dampening(c.dampening)
-                 .nesterov(c.nesterov)
-                 .weight_decay(c.weight_decay);
-    return build<torch::optim::SGD>(groups, o);
-  }
-  TS_THROW(ConfigError, "unknown optimizer type '", c.type, "': use Adam, AdamW or SGD");
+  return std::make_unique<torch::optim::SGD>(std::move(groups),
+                                             static_cast<torch::optim::SGDOptions&>(*defaults));
 }
 
 void set_learning_rate(torch::optim::Optimizer& optimizer, double lr) {

@@ -31,6 +31,14 @@ using OptimizerFactory = std::function<std::unique_ptr<torch::optim::Optimizer>(
 // `*` matches any run of characters (dots included), `?` one character.
 bool glob_match(const std::string& pattern, const std::string& text);
 
+// One optimizer parameter group before the optimizer exists: its parameters with
+// their names, and its options (null: the optimizer's defaults). ZeRO shards the
+// parameters of each group before handing them to the optimizer.
+struct ParamGroupSpec {
+  NamedParams params;
+  std::unique_ptr<torch::optim::OptimizerOptions> options;
+};
+
 // The config's split of `params`: parameters whose names match a
 // weight_decay_exclude pattern (when weight_decay > 0) go to no_decay, the others
 // to decay; the optimizer's groups are {decay, no_decay} without the empty ones.
@@ -42,9 +50,17 @@ struct ConfigGroups {
 };
 ConfigGroups split_weight_decay(const OptimizerConfig& config, const NamedParams& params);
 
-// Builds the config's optimizer over `params` (groups as described above).
+// The same split as parameter groups: {decay (default options), no_decay
+// (weight_decay 0)}, leaving out empty groups (one empty group if all are).
+std::vector<ParamGroupSpec> config_param_groups(const OptimizerConfig& config,
+                                                const NamedParams& params);
+
+// Builds the config's optimizer over `params` (groups as described above), or over
+// given groups (the config's options are the defaults of groups without options).
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerConfig& config,
                                                         const NamedParams& params);
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(
+    const OptimizerConfig& config, std::vector<torch::optim::OptimizerParamGroup> groups);
 
 // Sets the learning rate of every parameter group.
 void set_learning_rate(torch::optim::Optimizer& optimizer, double lr);

@@ -112,6 +112,36 @@ std::string optimizer_type_name(const torch::optim::Optimizer& optimizer) {
   return c10::demangle(type.name());
 }
 
+int64_t optimizer_state_bytes(const torch::optim::Optimizer& optimizer) {
+  std::unordered_map<const c10::StorageImpl*, int64_t> storages;
+  auto add = [&storages](const at::Tensor& t) {
+    if (t.defined() && t.has_storage()) {
+      storages[t.storage().unsafeGetStorageImpl()] = static_cast<int64_t>(t.storage().nbytes());
+    }
+  };
+  const auto& type = typeid(optimizer);
+  for (const auto& kv : optimizer.state()) {
+    const auto* state = kv.second.get();
+    if (type == typeid(torch::optim::Adam)) {
+      const auto& s = static_cast<const torch::optim::AdamParamState&>(*state);
+      add(s.exp_avg()), add(s.exp_avg_sq()), add(s.max_exp_avg_sq());
+    } else if (type == typeid(torch::optim::AdamW)) {
+      const auto& s = static_cast<const torch::optim::AdamWParamState&>(*state);
+      add(s.exp_avg()), add(s.exp_avg_sq()), add(s.max_exp_avg_sq());
+    } else if (type == typeid(torch::optim::SGD)) {
+      add(static_cast<const torch::optim::SGDParamState&>(*state).momentum_buffer());
+    } else if (type == typeid(torch::optim::RMSprop)) {
+      const auto& s = static_cast<const torch::optim::RMSpropParamState&>(*state);
+      add(s.square_avg()), add(s.momentum_buffer()), add(s.grad_avg());
+    } else if (type == typeid(torch::optim::Adagrad)) {
+      add(static_cast<const torch::optim::AdagradParamState&>(*state).sum());
+    }
+  }
+  int64_t n = 0;
+  for (const auto& kv : storages) n += kv.second;
+  return n;
+}
+
 NamedTensors optimizer_state(torch::optim::Optimizer& optimizer, const NamedParams& params,
                              const std::string& prefix) {
   NamedTensors out;

@@ -36,6 +36,11 @@ namespace tessera::runtime {
 // user's optimizer class. Checkpoints record it; a load into another type fails.
 std::string optimizer_type_name(const torch::optim::Optimizer& optimizer);
 
+// Bytes of the optimizer's state tensors (each storage once): Adam's and AdamW's
+// moments, SGD's momentum buffers, RMSprop's and Adagrad's accumulators. 0 for
+// other optimizers (their state is opaque).
+int64_t optimizer_state_bytes(const torch::optim::Optimizer& optimizer);
+
 // Snapshot (detached references, not copies) of the state of `params`.
 checkpoint::NamedTensors optimizer_state(torch::optim::Optimizer& optimizer,
                                          const NamedParams& params,

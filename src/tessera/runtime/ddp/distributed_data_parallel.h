@@ -85,9 +85,6 @@ class DistributedDataParallel {
   const std::vector<std::string>& parameter_names() const { return names_; }
 
  private:
-  void verify_replicas_match();
-  void broadcast_from_rank0(std::vector<at::Tensor> tensors);
-
   std::shared_ptr<torch::nn::Module> module_;
   std::shared_ptr<comm::ProcessGroup> group_;
   DdpOptions options_;
