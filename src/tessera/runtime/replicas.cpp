@@ -99,22 +99,40 @@ void verify_replicas_match(const torch::nn::Module& module, comm::ProcessGroup& 
 void broadcast_from_rank0(const std::vector<at::Tensor>& tensors, comm::ProcessGroup& group) {
   if (group.size() == 1 || tensors.empty()) return;
   at::NoGradGuard no_grad;
-  // One broadcast per dtype: flatten, send, copy back.
-  std::map<at::ScalarType, std::vector<at::Tensor>> by_dtype;
-  for (auto& t : tensors) {
-    if (t.numel() > 0) by_dtype[t.scalar_type()].push_back(t);
-  }
-  for (auto& kv : by_dtype) {
-    std::vector<at::Tensor> flat_parts;
-    for (auto& t : kv.second) flat_parts.push_back(t.detach().reshape({-1}));
-    auto flat = at::cat(flat_parts);
+  // Small tensors travel together, one flat copy per dtype and up to kChunkBytes;
+  // large contiguous ones are broadcast in place, so a big model never needs a
+  // second full copy of itself just to start.
+  constexpr int64_t kChunkBytes = 16 << 20;
+  std::map<at::ScalarType, std::vector<at::Tensor>> pending;
+  auto flush = [&group](std::vector<at::Tensor>& batch) {
+    if (batch.empty()) return;
+    std::vector<at::Tensor> parts;
+    for (auto& t : batch) parts.push_back(t.detach().reshape({-1}));
+    auto flat = at::cat(parts);
     group.broadcast(flat, 0)->wait();
     int64_t offset = 0;
-    for (auto& t : kv.second) {
+    for (auto& t : batch) {
       t.detach().copy_(flat.narrow(0, offset, t.numel()).view(t.sizes()));
       offset += t.numel();
     }
+    batch.clear();
+  };
+  std::map<at::ScalarType, int64_t> pending_bytes;
+  for (const auto& t : tensors) {
+    if (t.numel() == 0) continue;
+    const int64_t bytes = static_cast<int64_t>(t.nbytes());
+    if (bytes >= kChunkBytes && t.is_contiguous()) {
+      group.broadcast(t.detach(), 0)->wait();
+      continue;
+    }
+    auto& batch = pending[t.scalar_type()];
+    batch.push_back(t);
+    if ((pending_bytes[t.scalar_type()] += bytes) >= kChunkBytes) {
+      flush(batch);
+      pending_bytes[t.scalar_type()] = 0;
+    }
   }
+  for (auto& kv : pending) flush(kv.second);
 }
 
 }  // namespace tessera::runtime

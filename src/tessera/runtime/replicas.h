@@ -21,7 +21,8 @@ namespace tessera::runtime {
 void verify_replicas_match(const torch::nn::Module& module, comm::ProcessGroup& group,
                            const std::string& who);
 
-// Copies rank 0's values into `tensors` on every rank, one broadcast per dtype.
+// Copies rank 0's values into `tensors` on every rank: large tensors in place, small
+// ones batched per dtype (16 MiB at a time), so no full extra copy of a model is made.
 void broadcast_from_rank0(const std::vector<at::Tensor>& tensors, comm::ProcessGroup& group);
 
 }  // namespace tessera::runtime

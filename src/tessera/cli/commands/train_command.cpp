@@ -96,6 +96,30 @@ class MetricsLog {
   std::ofstream out_;
 };
 
+// One line with what this rank holds (Engine::memory_stats), e.g. at startup.
+void log_memory(const runtime::Engine& engine, const char* when) {
+  const auto m = engine.memory_stats();
+  char line[300];
+  std::snprintf(line, sizeof(line),
+                "memory %s (rank %d, ZeRO stage %d): params %.1f MiB, grads %.1f MiB, optimizer "
+                "%.1f MiB, buffers %.1f MiB, peak RSS %.1f MiB\n",
+                when, context_rank(), engine.zero_stage(), m.param_bytes / 1048576.0,
+                m.grad_bytes / 1048576.0, m.optimizer_bytes / 1048576.0, m.buffer_bytes / 1048576.0,
+                m.peak_rss_bytes / 1048576.0);
+  std::fputs(line, stdout);
+  std::fflush(stdout);
+}
+
+nlohmann::json memory_record(const runtime::Engine& engine, int64_t step) {
+  const auto m = engine.memory_stats();
+  return {{"step", step},
+          {"param_bytes", m.param_bytes},
+          {"grad_bytes", m.grad_bytes},
+          {"optimizer_bytes", m.optimizer_bytes},
+          {"buffer_bytes", m.buffer_bytes},
+          {"peak_rss_bytes", m.peak_rss_bytes}};
+}
+
 // Keeps the two newest checkpoints: the one just written and one to fall back to.
 constexpr int kKeepCheckpoints = 2;
 
@@ -156,6 +180,7 @@ int train_command(const Args& args) {
                 static_cast<long long>(accum), group->size(), static_cast<long long>(s.steps),
                 s.data_path.c_str(), static_cast<long long>(data.train().num_tokens()));
   }
+  if (rank0) log_memory(engine, "at startup");
   MetricsLog metrics(s.out_dir + "/" + s.metrics, rank0);
   const bool tty = rank0 && isatty(fileno(stdout));
   auto window_start = Clock::now();
@@ -163,7 +188,9 @@ int train_command(const Args& args) {
   const int64_t first_step = engine.global_steps();
   double loss_sum = 0;
   int64_t loss_count = 0;
+  uint64_t comm_bytes = 0;  // what this rank sent during the last optimizer step
   while (engine.global_steps() < s.steps) {
+    const auto comm_before = engine.comm_stats();
     for (int64_t m = 0; m < accum; ++m) {
       auto [x, y] = data.next_batch(micro);
       auto loss = model->loss(x, y);
@@ -173,6 +200,8 @@ int train_command(const Args& args) {
       ++loss_count;
     }
     const int64_t step = engine.global_steps();
+    comm_bytes = comm::CommStats::difference(engine.comm_stats(), comm_before).total_bytes();
+    if (rank0 && step == first_step + 1) log_memory(engine, "after the first step");
     if (step % cfg.steps_per_print == 0 || step == s.steps) {
       const double loss = group_mean(*group, loss_sum / loss_count);
       const double secs = std::chrono::duration<double>(Clock::now() - window_start).count();
@@ -187,7 +216,9 @@ int train_command(const Args& args) {
         std::fflush(stdout);
       }
       metrics.write({{"step", step}, {"loss", loss}, {"lr", engine.lr()},
-                     {"tokens_per_s", tok_s}, {"grad_norm", engine.last_grad_norm()}});
+                     {"tokens_per_s", tok_s}, {"grad_norm", engine.last_grad_norm()},
+                     {"comm_bytes", comm_bytes}});
+      metrics.write(memory_record(engine, step));
       loss_sum = 0;
       loss_count = 0;
       window_start = Clock::now();
@@ -204,13 +235,18 @@ int train_command(const Args& args) {
       save(engine, data, s.out_dir);
     }
   }
-  if (rank0 && s.sample_length > 0 && s.model.vocab_size == 256) {
+  // Under ZeRO stage 3 the weights are sharded: every rank gathers them so that
+  // rank 0 alone can sample.
+  const bool sample = s.sample_length > 0 && s.model.vocab_size == 256;
+  if (sample && engine.zero_stage() == 3) engine.zero().gather_all();
+  if (rank0 && sample) {
     const std::string& p = s.sample_prompt;
     auto prompt = at::empty({static_cast<int64_t>(p.size())}, at::kLong);
     for (size_t i = 0; i < p.size(); ++i) prompt[i] = static_cast<int64_t>(static_cast<uint8_t>(p[i]));
     auto out = model->generate(prompt, s.sample_length, 0.8, 0, cfg.seed);
     std::printf("--- sample ---\n%s\n--- end of sample ---\n", data::bytes_to_string(out[0]).c_str());
   }
+  if (sample && engine.zero_stage() == 3) engine.zero().release_all();
   if (rank0) std::fflush(stdout);
   shutdown();
   return 0;

@@ -338,9 +338,11 @@ void ZeroDataParallel::zero_grad() {
 void ZeroDataParallel::gather_all() {
   for (size_t m = 0; m < modules_.size(); ++m) gather_module(m, /*wait=*/false);
   for (size_t m = 0; m < modules_.size(); ++m) gather_module(m, /*wait=*/true);
+  pinned_ = true;
 }
 
 void ZeroDataParallel::release_all() {
+  pinned_ = false;
   for (size_t m = 0; m < modules_.size(); ++m) release_module(m);
 }
 
@@ -353,6 +355,7 @@ void ZeroDataParallel::gather_module(size_t m, bool wait) {
 }
 
 void ZeroDataParallel::release_module(size_t m) {
+  if (pinned_) return;
   for (size_t f : modules_[m].flat_units) {
     FlatUnit& u = *units_[f];
     u.finish_gather();
@@ -376,6 +379,7 @@ void ZeroDataParallel::prefetch(size_t m) {
 }
 
 void ZeroDataParallel::before_forward(size_t m) {
+  if (pinned_) return;
   if (!forward_order_known_ && at::GradMode::is_enabled()) forward_seen_.push_back(m);
   gather_module(m, /*wait=*/true);
   if (!forward_order_known_) return;
@@ -386,6 +390,7 @@ void ZeroDataParallel::before_forward(size_t m) {
 void ZeroDataParallel::after_forward(size_t m) { release_module(m); }
 
 void ZeroDataParallel::before_backward(size_t m) {
+  if (pinned_) return;
   gather_module(m, /*wait=*/true);
   if (!forward_order_known_) return;
   auto it = std::find(forward_order_.begin(), forward_order_.end(), m);

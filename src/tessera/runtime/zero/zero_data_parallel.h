@@ -74,8 +74,9 @@ class ZeroDataParallel : public UnitController {
   void after_step();
   void zero_grad();
 
-  // Stage 3, collective: makes every unit's parameters whole (to read or save the
-  // module's parameters), and frees them again. No-ops for stages 1 and 2.
+  // Stage 3, collective: makes every unit's parameters whole and keeps them so
+  // (forward and backward then gather nothing: one rank alone may run the model,
+  // e.g. to sample text), until release_all() frees them. No-ops for stages 1, 2.
   void gather_all();
   void release_all();
 
@@ -138,6 +139,7 @@ class ZeroDataParallel : public UnitController {
   // Stage 3 forward order (learned in the first forward), for prefetching.
   std::vector<size_t> forward_order_;
   bool forward_order_known_ = false;
+  bool pinned_ = false;  // gather_all() holds every unit whole
   std::vector<size_t> forward_seen_;
 };
 

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# ZeRO stages 0-3 of Tessera next to PyTorch DDP and PyTorch's ZeroRedundancyOptimizer
+# (ZeRO stage 1), in the same run: the same GPT (LAYERS x EMBD, default 8 x 704:
+# about 48 M parameters), AdamW, BATCH sequences of 64 tokens per rank (default 4),
+# at 2 and 4 ranks on this host, one thread per rank. Each configuration runs REPS
+# times in turns; the table shows the median step time over runs and the largest
+# peak RSS of any rank. Not a test: prints one table.
+#   bash bench/zero_vs_pytorch.sh [BUILD_DIR] [STEPS]  (env: REPS 3, LAYERS 8, EMBD 704,
+#                                                       BATCH 4, WORLDS "2 4")
+set -euo pipefail
+BUILD_DIR=${1:-build}
+STEPS=${2:-4}
+REPS=${REPS:-3}
+LAYERS=${LAYERS:-8}
+EMBD=${EMBD:-704}
+BATCH=${BATCH:-4}
+WORLDS=${WORLDS:-"2 4"}
+TESSERA="$BUILD_DIR/src/tessera/tessera"
+BENCH="$BUILD_DIR/bench/zero_bench"
+PY=/usr/bin/python3
+PEER="$(dirname "$0")/zero_pytorch_peer.py"
+export OMP_NUM_THREADS=1
+for f in "$TESSERA" "$BENCH"; do
+  [[ -x "$f" ]] || { echo "zero_vs_pytorch: $f is missing; build it first" >&2; exit 2; }
+done
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+field() { grep -o "$1 [0-9.]*" | awk '{print $2}' | head -1; }
+record() {  # record NAME: reads a result line on stdin
+  local line
+  line=$(cat)
+  echo "$line" | field median_step_ms >> "$tmp/$1.ms"
+  echo "$line" | field peak_rss_mb >> "$tmp/$1.rss"
+  echo "$line" | field params > "$tmp/params"
+}
+port=29700
+for rep in $(seq "$REPS"); do
+  for world in $WORLDS; do
+    for stage in 0 1 2 3; do
+      "$TESSERA" run -n "$world" "$BENCH" "$stage" "$STEPS" "$LAYERS" "$EMBD" "$BATCH" 2>&1 \
+        | grep median_step_ms | record "w${world}_tessera_s${stage}"
+    done
+    for mode in ddp zero1; do
+      port=$((port + 1))
+      "$PY" "$PEER" "$mode" "$world" "$STEPS" "$port" "$LAYERS" "$EMBD" "$BATCH" 2>&1 \
+        | grep median_step_ms | record "w${world}_pytorch_${mode}"
+    done
+  done
+done
+median() { sort -g "$1" | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+maxof() { sort -g "$1" | tail -1; }
+echo "GPT ${LAYERS}x${EMBD}, $(cat "$tmp/params") parameters, AdamW, batch ${BATCH}x64 per rank, median of $REPS runs x $STEPS steps"
+echo
+echo "| ranks | run | step (ms) | vs Tessera DDP | peak RSS per rank (MB) |"
+echo "|---|---|---|---|---|"
+for world in $WORLDS; do
+  base=$(median "$tmp/w${world}_tessera_s0.ms")
+  for name in tessera_s0 tessera_s1 tessera_s2 tessera_s3 pytorch_ddp pytorch_zero1; do
+    ms=$(median "$tmp/w${world}_${name}.ms")
+    rss=$(maxof "$tmp/w${world}_${name}.rss")
+    label=$name
+    case $name in
+      tessera_s0) label="Tessera DDP (stage 0)" ;;
+      tessera_s*) label="Tessera ZeRO stage ${name#tessera_s}" ;;
+      pytorch_ddp) label="PyTorch DDP (gloo)" ;;
+      pytorch_zero1) label="PyTorch ZeroRedundancyOptimizer" ;;
+    esac
+    ratio=$(awk -v a="$ms" -v b="$base" 'BEGIN { printf "%.2fx", a / b }')
+    echo "| $world | $label | $ms | $ratio | $rss |"
+  done
+done
