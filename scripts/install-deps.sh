@@ -15,6 +15,7 @@ PACKAGES=(
   libbenchmark-dev
   python3-torch                # peer for side-by-side benchmarks (PyTorch DDP)
   iproute2 procps psmisc       # network-namespace test hosts, process inspection
+  clang-14 libclang-rt-14-dev  # libFuzzer + sanitizers for the parser fuzz targets (tests/fuzz)
 )
 
 missing=()

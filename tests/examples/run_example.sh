@@ -8,7 +8,7 @@ tessera=$1 example=$2
 shift 2
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-(cd "$work" && "$tessera" run -n 2 "$example" "$@") > "$work/run.log" 2>&1 \
+(cd "$work" && "$tessera" run --master-port 0 -n 2 "$example" "$@") > "$work/run.log" 2>&1 \
   || { cat "$work/run.log"; echo "FAIL: $(basename "$example") exited non-zero"; exit 1; }
 cat "$work/run.log"
 grep -q "OK" "$work/run.log" || { echo "FAIL: $(basename "$example") printed no OK line"; exit 1; }

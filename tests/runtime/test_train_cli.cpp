@@ -45,7 +45,7 @@ class TrainCli : public ::testing::Test {
   CommandResult train(const std::string& args, int ranks = 1, double timeout = 120) {
     const std::string bin = tessera_bin();
     const std::string cmd = ranks == 1 ? bin + " train " + args
-                                       : bin + " run -n " + std::to_string(ranks) + " " + bin +
+                                       : bin + " run --master-port 0 -n " + std::to_string(ranks) + " " + bin +
                                              " train " + args;
     return run_command("TESSERA_TIMEOUT=20 " + cmd + " 2>&1", timeout);
   }
@@ -102,7 +102,7 @@ TEST_F(TrainCli, TwoRanksKilledAndResumedReproduceTheStraightRun) {
   // Same job, SIGKILLed (launcher and, through it, the workers) as soon as the
   // step-10 checkpoint is committed; training goes on in the meantime.
   const fs::path b = dir_ / "b";
-  const std::string job = "TESSERA_TIMEOUT=20 " + bin + " run -n 2 " + bin + " train --config " +
+  const std::string job = "TESSERA_TIMEOUT=20 " + bin + " run --master-port 0 -n 2 " + bin + " train --config " +
                           cfg + " --out " + b.string();
   auto killed = run_command(
       "(" + job + " > " + (dir_ / "killed.log").string() + " 2>&1 & pid=$!; "

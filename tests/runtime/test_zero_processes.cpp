@@ -26,7 +26,7 @@ std::map<std::string, at::Tensor> read_params(const std::string& path) {
 std::string run_stage(const TempDir& dir, int world, const std::string& backend, int stage) {
   const std::string out = dir.path() + "/w" + std::to_string(world) + "_s" + std::to_string(stage) + ".tsr";
   const auto r = run_command("TESSERA_TIMEOUT=60 TESSERA_BACKEND=" + backend + " " + tessera_bin() +
-                                 " run -n " + std::to_string(world) + " " + TESSERA_ZERO_WORKER +
+                                 " run --master-port 0 -n " + std::to_string(world) + " " + TESSERA_ZERO_WORKER +
                                  " " + std::to_string(stage) + " " + out + " 2>&1",
                              180);
   EXPECT_EQ(r.exit_code, 0) << r.output;

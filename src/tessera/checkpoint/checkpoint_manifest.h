@@ -12,6 +12,11 @@
 //                            "shape": [256, 64], "offset": 4096, "nbytes": 65536}]},
 //              {"path": "rank_00001.tsr", "rank": 1, "kind": "rank", ...}]}
 //
+// Reading is strict, because a manifest comes from disk and may be corrupted:
+// integers must be integers in range (no 1.5, no -1 for a size), lists must be
+// lists, and anything else is a CheckpointError naming the manifest; no other
+// exception escapes from_json (tests/fuzz fuzzes it).
+//
 // A plain value; not thread-safe.
 #pragma once
 
@@ -66,7 +71,12 @@ struct CheckpointManifest {
 };
 
 nlohmann::json to_json(const FileEntry& file);
-// CheckpointError naming `source` when a field is missing or has the wrong type.
+// CheckpointError naming `source` when a field is missing, has the wrong type or
+// is out of range (a negative rank, size or dimension; a path with a '/').
 FileEntry file_entry_from_json(const nlohmann::json& j, const std::string& source);
+// One tensor's entry, as the manifest and a .tsr index both write it;
+// CheckpointError naming `source` as above. Does not check the shape against the
+// byte count or the file (see parse_tensor_index).
+TensorEntry tensor_entry_from_json(const nlohmann::json& j, const std::string& source);
 
 }  // namespace tessera::checkpoint

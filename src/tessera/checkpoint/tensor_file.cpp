@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -40,6 +41,36 @@ std::optional<at::ScalarType> dtype_from_name(const std::string& name) {
 }
 
 using Fd = core::FdGuard;
+
+// The entry's dtype, after checking that its shape, dtype and byte count agree and
+// that its bytes lie inside a file of file_size bytes. Overflow-safe: a shape
+// whose element count or any stride overflows int64 is refused here, before
+// at::empty could see it.
+at::ScalarType checked_dtype(const TensorEntry& e, uint64_t file_size, const std::string& source) {
+  auto dtype = dtype_from_name(e.dtype);
+  TS_CHECK_T(CheckpointError, dtype.has_value(), "checkpoint file ", source, ": tensor '", e.name,
+             "' has unknown dtype '", e.dtype, "'");
+  // span: the product of max(d, 1), the largest contiguous stride at::empty
+  // computes; it bounds the element count too.
+  int64_t numel = 1;
+  int64_t span = 1;
+  bool overflow = false;
+  for (int64_t d : e.shape) {
+    TS_CHECK_T(CheckpointError, d >= 0, "checkpoint file ", source, ": tensor '", e.name,
+               "' has a negative dimension");
+    overflow = overflow || __builtin_mul_overflow(span, std::max<int64_t>(d, 1), &span);
+    numel *= overflow ? 1 : d;
+  }
+  int64_t nbytes = 0;
+  overflow = overflow || __builtin_mul_overflow(numel, int64_t(c10::elementSize(*dtype)), &nbytes);
+  TS_CHECK_T(CheckpointError, !overflow && static_cast<uint64_t>(nbytes) == e.nbytes,
+             "checkpoint file ", source, ": tensor '", e.name,
+             "' byte count does not match its shape and dtype");
+  TS_CHECK_T(CheckpointError, e.offset <= file_size && e.nbytes <= file_size - e.offset,
+             "checkpoint file ", source, ": tensor '", e.name,
+             "' lies outside the file (truncated?)");
+  return *dtype;
+}
 
 }  // namespace
 
@@ -130,49 +161,24 @@ std::vector<TensorEntry> parse_tensor_index(const std::string& bytes, const std:
              source, " has an index length ", len, " beyond its ", bytes.size(),
              " bytes (truncated?)");
   std::vector<TensorEntry> entries;
+  const std::string where = "checkpoint file " + source;
   try {
-    auto j = nlohmann::json::parse(bytes.substr(16, len));
-    for (const auto& t : j.at("tensors")) {
-      TensorEntry e;
-      e.name = t.at("name").get<std::string>();
-      e.dtype = t.at("dtype").get<std::string>();
-      e.shape = t.at("shape").get<std::vector<int64_t>>();
-      e.offset = t.at("offset").get<uint64_t>();
-      e.nbytes = t.at("nbytes").get<uint64_t>();
-      entries.push_back(std::move(e));
-    }
+    auto j = nlohmann::json::parse(bytes.begin() + 16, bytes.begin() + 16 + len);
+    TS_CHECK_T(CheckpointError, j.is_object() && j.contains("tensors") && j["tensors"].is_array(),
+               where, " has a malformed index: no \"tensors\" list");
+    for (const auto& t : j["tensors"]) entries.push_back(tensor_entry_from_json(t, where));
   } catch (const nlohmann::json::exception& e) {
-    TS_THROW(CheckpointError, "checkpoint file ", source, " has a malformed index: ", e.what());
+    TS_THROW(CheckpointError, where, " has a malformed index: ", e.what());
   }
-  for (const auto& e : entries) {
-    auto dtype = dtype_from_name(e.dtype);
-    TS_CHECK_T(CheckpointError, dtype.has_value(), "checkpoint file ", source, ": tensor '", e.name,
-               "' has unknown dtype '", e.dtype, "'");
-    uint64_t numel = 1;
-    for (int64_t d : e.shape) {
-      TS_CHECK_T(CheckpointError, d >= 0, "checkpoint file ", source, ": tensor '", e.name,
-                 "' has a negative dimension");
-      numel *= static_cast<uint64_t>(d);
-    }
-    TS_CHECK_T(CheckpointError, numel * c10::elementSize(*dtype) == e.nbytes, "checkpoint file ",
-               source, ": tensor '", e.name, "' byte count does not match its shape and dtype");
-    TS_CHECK_T(CheckpointError, e.offset <= bytes.size() && e.nbytes <= bytes.size() - e.offset,
-               "checkpoint file ", source, ": tensor '", e.name,
-               "' lies outside the file (truncated?)");
-  }
+  for (const auto& e : entries) checked_dtype(e, bytes.size(), source);
   return entries;
 }
 
 at::Tensor tensor_from_bytes(const std::string& bytes, const TensorEntry& entry,
                              const std::string& source) {
-  auto dtype = dtype_from_name(entry.dtype);
-  TS_CHECK_T(CheckpointError, dtype.has_value(), "checkpoint file ", source, ": tensor '",
-             entry.name, "' has unknown dtype '", entry.dtype, "'");
-  at::Tensor t = at::empty(entry.shape, at::TensorOptions().dtype(*dtype));
-  TS_CHECK_T(CheckpointError,
-             static_cast<uint64_t>(t.nbytes()) == entry.nbytes &&
-                 entry.offset + entry.nbytes <= bytes.size(),
-             "checkpoint file ", source, ": tensor '", entry.name, "' has inconsistent size");
+  // Checked before allocating: the entry may not come from parse_tensor_index.
+  const at::ScalarType dtype = checked_dtype(entry, bytes.size(), source);
+  at::Tensor t = at::empty(entry.shape, at::TensorOptions().dtype(dtype));
   if (entry.nbytes > 0) std::memcpy(t.data_ptr(), bytes.data() + entry.offset, entry.nbytes);
   return t;
 }

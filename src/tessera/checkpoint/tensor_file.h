@@ -35,9 +35,13 @@ WrittenFile write_tensor_file(const std::string& path,
                               bool do_fsync);
 
 // Parses a whole file held in memory (already checksummed): CheckpointError
-// naming `source` if the header or index is malformed or points outside the data.
+// naming `source` if the header or index is malformed, a tensor's shape, dtype and
+// byte count disagree (or its size overflows), or it points outside the data.
+// Never reads outside `bytes`; allocates in proportion to the index's length.
 std::vector<TensorEntry> parse_tensor_index(const std::string& bytes, const std::string& source);
-// Builds a CPU tensor from entry's bytes inside `bytes`.
+// Builds a CPU tensor from entry's bytes inside `bytes`. Checks the entry as
+// parse_tensor_index does before allocating (CheckpointError naming `source`), so
+// the tensor is never larger than `bytes`.
 at::Tensor tensor_from_bytes(const std::string& bytes, const TensorEntry& entry,
                              const std::string& source);
 

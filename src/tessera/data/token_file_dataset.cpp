@@ -14,6 +14,42 @@
 
 namespace tessera::data {
 
+namespace {
+// Header field i (little-endian int32), whatever the host's byte order.
+int32_t header_field(const unsigned char* p, int i) {
+  p += 4 * i;
+  return static_cast<int32_t>(uint32_t{p[0]} | uint32_t{p[1]} << 8 | uint32_t{p[2]} << 16 |
+                              uint32_t{p[3]} << 24);
+}
+}  // namespace
+
+TokenFileHeader parse_token_file_header(const void* data, size_t size, uint64_t file_size,
+                                        const std::string& source) {
+  constexpr uint64_t kHeader = kTokenFileHeaderBytes;
+  TS_CHECK_T(ConfigError, file_size >= kHeader, "token file ", source, " is truncated: ", file_size,
+             " bytes, shorter than the ", kHeader, "-byte llm.c header; is it a .bin token file?");
+  TS_CHECK_T(ConfigError, size >= kHeader, "token file ", source, ": short read of the header (",
+             size, " of ", kHeader, " bytes)");
+  const auto* p = static_cast<const unsigned char*>(data);
+  const int32_t magic = header_field(p, 0);
+  TS_CHECK_T(ConfigError, magic == kTokenFileMagic, "token file ", source, " has magic ", magic,
+             ", expected ", kTokenFileMagic, " (llm.c .bin layout); is it a token file?");
+  const int32_t version = header_field(p, 1);
+  TS_CHECK_T(ConfigError, version == kTokenFileVersion, "token file ", source, " has version ",
+             version, "; only version ", kTokenFileVersion, " (uint16 tokens) is supported");
+  const int64_t count = header_field(p, 2);
+  TS_CHECK_T(ConfigError, count >= 0, "token file ", source, " has a negative token count ", count);
+  // count < 2^31, so this cannot overflow.
+  const uint64_t expected = kHeader + 2 * static_cast<uint64_t>(count);
+  TS_CHECK_T(ConfigError, file_size >= expected, "token file ", source,
+             " is truncated: the header says ", count, " tokens (", expected,
+             " bytes) but the file has ", file_size, " bytes");
+  TS_CHECK_T(ConfigError, file_size == expected, "token file ", source, " has ",
+             file_size - expected, " bytes after its ", count,
+             " tokens; the header's token count is wrong");
+  return TokenFileHeader{count};
+}
+
 TokenFileDataset::TokenFileDataset(const std::string& path) : path_(path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   TS_CHECK_ERRNO(ConfigError, fd, "cannot open token file ", path,
@@ -21,29 +57,16 @@ TokenFileDataset::TokenFileDataset(const std::string& path) : path_(path) {
   core::FdGuard closer(fd);
   struct stat st;
   TS_CHECK_ERRNO(ConfigError, ::fstat(fd, &st), "cannot stat token file ", path);
-  const int64_t size = st.st_size;
-  TS_CHECK_T(ConfigError, size >= kTokenFileHeaderBytes, "token file ", path,
-             " is truncated: ", size, " bytes, shorter than the ", kTokenFileHeaderBytes,
-             "-byte llm.c header; is it a .bin token file?");
-  int32_t header[kTokenFileHeaderInts];
-  ssize_t got = ::pread(fd, header, sizeof(header), 0);
-  TS_CHECK_ERRNO(ConfigError, got, "cannot read the header of token file ", path);
-  TS_CHECK_T(ConfigError, got == static_cast<ssize_t>(sizeof(header)), "token file ", path,
-             ": short read of the header");
-  TS_CHECK_T(ConfigError, header[0] == kTokenFileMagic, "token file ", path, " has magic ",
-             header[0], ", expected ", kTokenFileMagic,
-             " (llm.c .bin layout); is it a token file?");
-  TS_CHECK_T(ConfigError, header[1] == kTokenFileVersion, "token file ", path, " has version ",
-             header[1], "; only version ", kTokenFileVersion, " (uint16 tokens) is supported");
-  const int64_t count = header[2];
-  TS_CHECK_T(ConfigError, count >= 0, "token file ", path, " has a negative token count ", count);
-  const int64_t expected = kTokenFileHeaderBytes + 2 * count;
-  TS_CHECK_T(ConfigError, size >= expected, "token file ", path, " is truncated: the header says ",
-             count, " tokens (", expected, " bytes) but the file has ", size, " bytes");
-  TS_CHECK_T(ConfigError, size == expected, "token file ", path, " has ", size - expected,
-             " bytes after its ", count, " tokens; the header's token count is wrong");
-  num_tokens_ = count;
-  map_size_ = static_cast<size_t>(size);
+  unsigned char header[kTokenFileHeaderBytes];
+  ssize_t got = 0;
+  if (st.st_size >= kTokenFileHeaderBytes) {
+    got = ::pread(fd, header, sizeof(header), 0);
+    TS_CHECK_ERRNO(ConfigError, got, "cannot read the header of token file ", path);
+  }
+  num_tokens_ = parse_token_file_header(header, static_cast<size_t>(got),
+                                        static_cast<uint64_t>(st.st_size), path)
+                    .num_tokens;
+  map_size_ = static_cast<size_t>(st.st_size);
   void* m = ::mmap(nullptr, map_size_, PROT_READ, MAP_SHARED, fd, 0);
   if (m == MAP_FAILED) {
     int err = errno;

@@ -6,6 +6,8 @@
 // tokens as little-endian uint16. The constructor validates all of it: a missing
 // file, a wrong magic or version, or a size that does not match the token count
 // (truncated or trailing bytes) is a ConfigError naming the file and the problem.
+// The header check itself is parse_token_file_header(), a pure function over bytes
+// (tests/fuzz fuzzes it).
 //
 // Owns the mapping (unmapped on destruction); not copyable. Reads are thread-safe.
 #pragma once
@@ -22,6 +24,20 @@ constexpr int32_t kTokenFileMagic = 20240520;
 constexpr int32_t kTokenFileVersion = 1;
 constexpr int64_t kTokenFileHeaderInts = 256;
 constexpr int64_t kTokenFileHeaderBytes = kTokenFileHeaderInts * 4;
+
+// What a token file's header says, once parse_token_file_header() has checked it.
+struct TokenFileHeader {
+  int64_t num_tokens = 0;  // in [0, 2^31)
+};
+
+// Checks the llm.c header of a token file without touching the file: `data` holds
+// the file's first `size` bytes (only the first kTokenFileHeaderBytes are read)
+// and `file_size` is the whole file's size. ConfigError naming `source` when the
+// file or `size` is shorter than the header, the magic or version is wrong, the
+// token count is negative, or file_size is not exactly the header plus the
+// counted tokens (truncated or trailing bytes).
+TokenFileHeader parse_token_file_header(const void* data, size_t size, uint64_t file_size,
+                                        const std::string& source);
 
 class TokenFileDataset : public TokenDataset {
  public:

@@ -1,6 +1,7 @@
 #include "tessera/runtime/config.h"
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -77,9 +78,10 @@ const std::vector<std::string> kZeroKeys = {
 void parse_zero(const json& z, ZeroConfig& c) {
   const std::string w = "zero_optimization";
   check_known_keys(z, kZeroKeys, w);
-  c.stage = static_cast<int>(read_int(z, "stage", w, 0));
-  TS_CHECK_T(ConfigError, c.stage >= 0 && c.stage <= 3,
-             "config 'zero_optimization.stage' must be 0, 1, 2 or 3, got ", c.stage);
+  const int64_t stage = read_int(z, "stage", w, 0);
+  TS_CHECK_T(ConfigError, stage >= 0 && stage <= 3,
+             "config 'zero_optimization.stage' must be 0, 1, 2 or 3, got ", stage);
+  c.stage = static_cast<int>(stage);
   c.reduce_bucket_size = read_positive_int(z, "reduce_bucket_size", w, c.reduce_bucket_size);
   c.allgather_bucket_size = read_positive_int(z, "allgather_bucket_size", w, c.allgather_bucket_size);
   c.overlap_comm_set = z.contains("overlap_comm");
@@ -230,9 +232,11 @@ int64_t read_int(const json& obj, const std::string& key, const std::string& whe
   if (!obj.contains(key)) return fallback;
   const json& v = obj[key];
   if (v.is_number_integer()) return v.get<int64_t>();
-  // 8.0 is an integer written loosely; 8.5 is not.
-  if (v.is_number_float() && v.get<double>() == static_cast<double>(v.get<int64_t>())) {
-    return v.get<int64_t>();
+  // 8.0 is an integer written loosely; 8.5 is not. The range test comes first:
+  // converting a double outside int64's range (1e19) is undefined behaviour.
+  if (v.is_number_float()) {
+    const double d = v.get<double>();
+    if (d >= -0x1p63 && d < 0x1p63 && d == std::trunc(d)) return static_cast<int64_t>(d);
   }
   wrong_type(where, key, "an integer", v);
 }
@@ -319,7 +323,8 @@ Config Config::from_string(const std::string& text, const std::string& source) {
   json j;
   try {
     j = json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {
+    // parse_error, and out_of_range for a number too large for a double (1e400).
     TS_THROW(ConfigError, source, " is not valid JSON: ", e.what());
   }
   return from_json(j, source);
@@ -334,6 +339,17 @@ Config Config::from_file(const std::string& file) {
   return from_string(ss.str(), file);
 }
 
+namespace {
+// a * b for batch sizes; ConfigError when it overflows int64 (values near 2^63 are typos).
+int64_t batch_product(int64_t a, int64_t b) {
+  int64_t r = 0;
+  TS_CHECK_T(ConfigError, !__builtin_mul_overflow(a, b, &r), "config batch sizes overflow: ", a,
+             " * ", b, " does not fit in 64 bits; check train_batch_size, "
+             "train_micro_batch_size_per_gpu and gradient_accumulation_steps");
+  return r;
+}
+}  // namespace
+
 void Config::resolve_batch(int world) {
   TS_CHECK_T(ConfigError, world > 0, "world size must be positive, got ", world);
   int64_t& tb = train_batch_size;
@@ -341,22 +357,22 @@ void Config::resolve_batch(int world) {
   int64_t& ga = gradient_accumulation_steps;
   // DeepSpeed's rules: any two determine the third; one alone implies accumulation 1.
   if (tb && mb && !ga) {
-    ga = std::max<int64_t>(1, tb / (mb * world));
+    ga = std::max<int64_t>(1, tb / batch_product(mb, world));
   } else if (tb && ga && !mb) {
-    mb = std::max<int64_t>(1, tb / (ga * world));
+    mb = std::max<int64_t>(1, tb / batch_product(ga, world));
   } else if (mb && ga && !tb) {
-    tb = mb * ga * world;
+    tb = batch_product(batch_product(mb, ga), world);
   } else if (tb && !mb && !ga) {
     ga = 1;
     mb = std::max<int64_t>(1, tb / world);
   } else if (mb && !tb && !ga) {
     ga = 1;
-    tb = mb * world;
+    tb = batch_product(mb, world);
   } else if (!tb && !mb) {
     TS_THROW(ConfigError, "config needs train_batch_size or train_micro_batch_size_per_gpu");
   }
-  TS_CHECK_T(ConfigError, tb == mb * ga * world, "train_batch_size ", tb, " != micro ", mb,
-             " * accumulation ", ga, " * world ", world,
+  TS_CHECK_T(ConfigError, tb == batch_product(batch_product(mb, ga), world), "train_batch_size ",
+             tb, " != micro ", mb, " * accumulation ", ga, " * world ", world,
              ": fix train_batch_size, train_micro_batch_size_per_gpu or "
              "gradient_accumulation_steps (any two determine the third)");
 }

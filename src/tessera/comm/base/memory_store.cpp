@@ -24,7 +24,9 @@ int64_t MemoryStore::add(const std::string& key, int64_t delta) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = data_.find(key);
-    value = (it == data_.end() ? 0 : parse_counter(key, it->second)) + delta;
+    const int64_t old = it == data_.end() ? 0 : parse_counter(key, it->second);
+    TS_CHECK_T(StoreError, !__builtin_add_overflow(old, delta, &value), "add(", delta,
+               ") to store key '", key, "' (", old, ") overflows a 64-bit counter");
     data_[key] = encode_counter(value);
   }
   cv_.notify_all();

@@ -4,13 +4,16 @@
 // (loopback for a one-host job, never 0.0.0.0 unless asked), serves clients on
 // one background thread, and refuses a client that does not present the job
 // token. Port 0 picks a free port (see port()). Binding a port in use is a
-// StoreError naming host:port.
+// StoreError naming host:port. A peer that sends a frame over 64 MiB, a malformed
+// request, or more than it may have in flight gets an error reply and is
+// disconnected; the other clients are not affected.
 //
 // TcpStore is a client: it connects (retrying until its timeout, so ranks may
 // start before the server), presents the token, then serves Store calls over one
 // connection guarded by a mutex (safe from any thread). Blocking calls (get, wait)
 // wait on the server side and give up at the timeout. If the server goes away,
 // every pending and later call throws StoreError naming the server; none hangs.
+// A request of 64 MiB or more (a key and its value) is a StoreError before it is sent.
 #pragma once
 
 #include <atomic>

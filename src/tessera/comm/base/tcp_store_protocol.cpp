@@ -18,8 +18,8 @@ Writer& Writer::i64(int64_t v) {
 }
 
 Writer& Writer::blob(const void* data, size_t size) {
-  TS_CHECK_T(StoreError, size < kMaxFrame, "store value of ", size,
-             " bytes is too large (limit 1 GiB)");
+  TS_CHECK_T(StoreError, size < kMaxFrame, "store value of ", size, " bytes is too large (limit ",
+             kMaxFrame >> 20, " MiB); the store is for small rendezvous data");
   u32(static_cast<uint32_t>(size));
   const uint8_t* p = static_cast<const uint8_t*>(data);
   buf_.insert(buf_.end(), p, p + size);
@@ -33,8 +33,8 @@ Writer& Writer::strings(const std::vector<std::string>& v) {
 }
 
 Bytes Writer::frame() const {
-  TS_CHECK_T(StoreError, buf_.size() < kMaxFrame, "store request of ", buf_.size(),
-             " bytes is too large (limit 1 GiB)");
+  TS_CHECK_T(StoreError, buf_.size() < kMaxFrame, "store message of ", buf_.size(),
+             " bytes is too large (limit ", kMaxFrame >> 20, " MiB)");
   Writer w;
   w.u32(static_cast<uint32_t>(buf_.size()));
   Bytes out = std::move(w.buf_);
@@ -97,6 +97,62 @@ std::vector<std::string> Reader::strings() {
   v.reserve(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) v.push_back(str());
   return v;
+}
+
+Handshake decode_handshake(const uint8_t* data, size_t size) {
+  Reader r(data, size);
+  Handshake h;
+  h.magic = r.u32();
+  if (h.magic != kMagic) return h;
+  h.version = r.u32();
+  if (h.version != kVersion) return h;
+  h.token = r.str();
+  TS_CHECK_T(StoreError, r.done(), "malformed store handshake (bytes after the token)");
+  return h;
+}
+
+Request decode_request(const uint8_t* data, size_t size) {
+  Reader r(data, size);
+  Request q;
+  const uint8_t op = r.u8();
+  q.op = static_cast<Op>(op);
+  switch (q.op) {
+    case Op::kSet:
+      q.key = r.str();
+      q.value = r.bytes();
+      break;
+    case Op::kGet:
+      q.key = r.str();
+      q.timeout_ms = r.i64();
+      break;
+    case Op::kAdd:
+      q.key = r.str();
+      q.delta = r.i64();
+      break;
+    case Op::kCompareSet:
+      q.key = r.str();
+      q.expected = r.bytes();
+      q.desired = r.bytes();
+      break;
+    case Op::kDelete:
+      q.key = r.str();
+      break;
+    case Op::kCheck:
+      q.keys = r.strings();
+      break;
+    case Op::kWait:
+      q.keys = r.strings();
+      q.timeout_ms = r.i64();
+      break;
+    case Op::kNumKeys:
+      break;
+    default:
+      TS_THROW(StoreError, "unknown store request op ", int(op),
+               "; the peer is not a Tessera store client of the same version");
+  }
+  TS_CHECK_T(StoreError, r.done(), "malformed store request (op ", int(op),
+             ") with bytes after its last field");
+  return q;
 }
 
 }  // namespace tessera::comm::proto

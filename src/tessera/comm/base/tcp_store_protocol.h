@@ -12,6 +12,11 @@
 //
 // A client sends one request and waits for its response before the next one
 // (the client holds a mutex around each round trip), so there is no request id.
+//
+// The server decodes what peers send with decode_handshake() and decode_request():
+// pure functions over one payload, strict (every field present, no trailing
+// bytes), that throw StoreError on anything malformed and never read outside the
+// payload or allocate more than it could describe. tests/fuzz fuzzes them.
 #pragma once
 
 #include <cstdint>
@@ -24,8 +29,10 @@ namespace tessera::comm::proto {
 
 constexpr uint32_t kMagic = 0x54535354;  // "TSST"
 constexpr uint32_t kVersion = 1;
-// Frames larger than this are a protocol error (garbage or a foreign client).
-constexpr uint32_t kMaxFrame = 1u << 30;
+// Frames larger than this are a protocol error (garbage or a foreign client), so
+// one store value is at most ~64 MiB. The server buffers at most one frame per
+// client, so this also bounds what one client can make the server hold.
+constexpr uint32_t kMaxFrame = 64u << 20;
 // Before the handshake, a peer may send only a small frame.
 constexpr uint32_t kMaxHandshakeFrame = 64 * 1024;
 
@@ -84,5 +91,33 @@ class Reader {
 
 // Decodes a big-endian frame length from 4 bytes.
 uint32_t decode_length(const uint8_t* p);
+
+// A client's first frame. version and token are read only when magic is ours,
+// the token only when the version is too (another version may lay it out
+// differently); the server refuses the client unless all three match.
+struct Handshake {
+  uint32_t magic = 0;
+  uint32_t version = 0;
+  std::string token;
+};
+// StoreError if the payload is short, or has trailing bytes after a kVersion token.
+Handshake decode_handshake(const uint8_t* data, size_t size);
+
+// One decoded request; the fields its op does not carry stay empty (see Op).
+struct Request {
+  Op op = Op::kNumKeys;
+  std::string key;                // set, get, add, compare_set, delete
+  Bytes value;                    // set
+  Bytes expected, desired;        // compare_set
+  int64_t delta = 0;              // add
+  int64_t timeout_ms = 0;         // get, wait (as sent: may be negative or huge)
+  std::vector<std::string> keys;  // check, wait
+};
+// StoreError naming the problem if the payload is empty, has an unknown op, is
+// short, or has bytes after the op's last field.
+Request decode_request(const uint8_t* data, size_t size);
+inline Request decode_request(const Bytes& payload) {
+  return decode_request(payload.data(), payload.size());
+}
 
 }  // namespace tessera::comm::proto

@@ -5,6 +5,13 @@
 // client is parked, not waited on, so one rank blocked in get() never delays the
 // others: after every mutation the parked requests are re-checked, and the poll
 // timeout is the nearest deadline. stop() wakes the thread through an eventfd.
+//
+// Peers are not trusted to be well-behaved. A frame over the limit (64 KiB before
+// the handshake, proto::kMaxFrame after), a malformed request, or more buffered
+// input or unsent output than one client may hold gets an error reply (if the peer
+// still reads) and the connection is closed; every other client keeps being
+// served. So one connection can make the server hold at most about three frames
+// (~200 MiB; ~200 KiB before it authenticates), however it misbehaves.
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -30,6 +37,30 @@ using proto::Status;
 
 namespace {
 
+// One recv() worth: buffers may overshoot their limit by this much before we check.
+constexpr size_t kRecvChunk = 65536;
+// Unparsed input one client may have buffered: its next frame, whole, plus one
+// recv(). A conforming client has one request in flight, so it never gets close.
+size_t max_input(bool authed) {
+  return 4 + size_t{authed ? proto::kMaxFrame : proto::kMaxHandshakeFrame} + kRecvChunk;
+}
+// Unsent output past which a client is dropped before its next request is
+// handled: it is not reading its replies. One reply (<= one frame) always fits.
+constexpr size_t kMaxOutput = 4 + size_t{proto::kMaxFrame} + kRecvChunk;
+// An emptied buffer whose capacity is larger than this is freed, so a client that
+// once sent a large value does not keep that much memory reserved while idle.
+constexpr size_t kKeepCapacity = 1u << 20;
+
+void release_if_empty(Bytes& b, size_t& off) {
+  if (off == 0 || off != b.size()) return;
+  if (b.capacity() > kKeepCapacity) {
+    Bytes().swap(b);
+  } else {
+    b.clear();
+  }
+  off = 0;
+}
+
 struct Client {
   net::Socket sock;
   Bytes in;
@@ -37,7 +68,7 @@ struct Client {
   Bytes out;
   size_t out_off = 0;
   bool authed = false;
-  bool closing = false;  // close once `out` is sent (refused handshake)
+  bool closing = false;  // close once `out` is sent (refused or rejected)
   bool dead = false;
   // The parked get/wait, if any.
   bool pending = false;
@@ -86,8 +117,10 @@ class TcpStoreServer::Impl {
   void read_client(Client& c);
   void flush(Client& c);
   bool process_input(Client& c);
-  void handle_handshake(Client& c, proto::Reader& r);
-  void handle_request(Client& c, proto::Reader& r);
+  bool check_next_frame(Client& c);
+  void reject(Client& c, const std::string& why);
+  void handle_handshake(Client& c, const proto::Handshake& h);
+  void handle_request(Client& c, proto::Request q);
   bool try_complete(Client& c, Clock::time_point now);
   void reply_timeout(Client& c, const std::vector<std::string>& keys);
   void send(Client& c, const proto::Writer& w) {
@@ -191,11 +224,20 @@ void TcpStoreServer::Impl::accept_clients() {
 }
 
 void TcpStoreServer::Impl::read_client(Client& c) {
-  uint8_t buf[65536];
+  uint8_t buf[kRecvChunk];
   while (true) {
     ssize_t n = ::recv(c.sock.fd(), buf, sizeof(buf), 0);
     if (n > 0) {
-      if (!c.closing) c.in.insert(c.in.end(), buf, buf + n);
+      if (c.closing) continue;  // refused: its input is discarded until the reply is out
+      c.in.insert(c.in.end(), buf, buf + n);
+      // Checked as bytes arrive, so an oversized frame is refused before its body
+      // is buffered, and a client that floods us is cut off at its limit.
+      if (!check_next_frame(c)) return;
+      if (c.in.size() - c.in_off > max_input(c.authed)) {
+        reject(c, c10::str("the client sent more than ", max_input(c.authed),
+                           " bytes without waiting for replies"));
+        return;
+      }
       continue;
     }
     if (n < 0 && errno == EINTR) continue;
@@ -220,8 +262,35 @@ void TcpStoreServer::Impl::flush(Client& c) {
       return;
     }
   }
-  c.out.clear();
-  c.out_off = 0;
+  release_if_empty(c.out, c.out_off);
+}
+
+// Rejects c if the frame at the front of its input announces more than the limit;
+// returns whether c is still fine.
+bool TcpStoreServer::Impl::check_next_frame(Client& c) {
+  if (c.closing || c.in.size() - c.in_off < 4) return !c.closing;
+  const uint32_t len = proto::decode_length(c.in.data() + c.in_off);
+  const uint32_t limit = c.authed ? proto::kMaxFrame : proto::kMaxHandshakeFrame;
+  if (len <= limit) return true;
+  reject(c, c10::str("a ", len, "-byte frame is over the store's ", limit, "-byte limit",
+                     c.authed ? "; store values must be smaller"
+                              : " for a handshake (not a Tessera store client?)"));
+  return false;
+}
+
+// Queues an error reply, then the connection is closed once it is sent. The
+// client's buffered input and any parked request are dropped.
+void TcpStoreServer::Impl::reject(Client& c, const std::string& why) {
+  TS_LOG(WARN) << where_ << ": dropping a client: " << why;
+  c.in.clear();
+  c.in.shrink_to_fit();
+  c.in_off = 0;
+  c.pending = false;
+  c.pending_keys.clear();
+  c.closing = true;
+  proto::Writer w;
+  w.u8(uint8_t(Status::kError)).blob(why + " (the store server closed this connection)");
+  send(c, w);
 }
 
 // Handles every complete frame in c.in until the client parks a blocking request.
@@ -229,34 +298,33 @@ void TcpStoreServer::Impl::flush(Client& c) {
 bool TcpStoreServer::Impl::process_input(Client& c) {
   bool any = false;
   while (!c.pending && !c.closing && c.in.size() - c.in_off >= 4) {
-    uint32_t len = proto::decode_length(c.in.data() + c.in_off);
-    uint32_t limit = c.authed ? proto::kMaxFrame : proto::kMaxHandshakeFrame;
-    if (len > limit) {
-      TS_LOG(WARN) << where_ << ": dropping a client that sent a " << len
-                   << "-byte frame (not a Tessera store client?)";
+    if (c.out.size() - c.out_off > kMaxOutput) {
+      // Pipelined requests, replies never read (a reply can be far larger than
+      // its request): drop it before it makes us hold more.
+      TS_LOG(WARN) << where_ << ": dropping a client that does not read its replies ("
+                   << c.out.size() - c.out_off << " bytes unsent)";
       c.dead = true;
-      return any;
+      return true;
     }
+    if (!check_next_frame(c)) return true;
+    const uint32_t len = proto::decode_length(c.in.data() + c.in_off);
     if (c.in.size() - c.in_off < 4 + size_t{len}) break;
-    proto::Reader r(c.in.data() + c.in_off + 4, len);
+    const uint8_t* payload = c.in.data() + c.in_off + 4;
     c.in_off += 4 + size_t{len};
     any = true;
     try {
       if (c.authed) {
-        handle_request(c, r);
+        handle_request(c, proto::decode_request(payload, len));
       } else {
-        handle_handshake(c, r);
+        handle_handshake(c, proto::decode_handshake(payload, len));
       }
     } catch (const Error& e) {
-      TS_LOG(WARN) << where_
-                   << ": dropping a client after a malformed message: " << e.bare_message();
-      c.dead = true;
-      return any;
+      reject(c, e.bare_message());
+      return true;
     }
   }
   if (c.in_off > 0 && c.in_off == c.in.size()) {
-    c.in.clear();
-    c.in_off = 0;
+    release_if_empty(c.in, c.in_off);
   } else if (c.in_off > (1u << 20)) {
     c.in.erase(c.in.begin(), c.in.begin() + static_cast<std::ptrdiff_t>(c.in_off));
     c.in_off = 0;
@@ -264,18 +332,15 @@ bool TcpStoreServer::Impl::process_input(Client& c) {
   return any;
 }
 
-void TcpStoreServer::Impl::handle_handshake(Client& c, proto::Reader& r) {
+void TcpStoreServer::Impl::handle_handshake(Client& c, const proto::Handshake& h) {
   std::string refusal;
-  uint32_t magic = r.u32();
-  if (magic != proto::kMagic) {
+  if (h.magic != proto::kMagic) {
     refusal = "the peer is not a Tessera store (wrong protocol magic); check MASTER_PORT";
   } else {
-    uint32_t version = r.u32();
-    std::string token = r.str();
-    if (version != proto::kVersion) {
-      refusal = c10::str("protocol version ", version, " but the server speaks ", proto::kVersion,
+    if (h.version != proto::kVersion) {
+      refusal = c10::str("protocol version ", h.version, " but the server speaks ", proto::kVersion,
                          "; run the same Tessera build on every host");
-    } else if (!token_.empty() && !token_equal(token, token_)) {
+    } else if (!token_.empty() && !token_equal(h.token, token_)) {
       refusal = "wrong job token (set TESSERA_JOB_TOKEN to the job's token)";
     }
   }
@@ -291,9 +356,8 @@ void TcpStoreServer::Impl::handle_handshake(Client& c, proto::Reader& r) {
   send(c, w);
 }
 
-void TcpStoreServer::Impl::handle_request(Client& c, proto::Reader& r) {
+void TcpStoreServer::Impl::handle_request(Client& c, proto::Request q) {
   proto::Writer w;
-  auto op = static_cast<Op>(r.u8());
   auto park = [&](Op pop, std::vector<std::string> keys, int64_t timeout_ms) {
     timeout_ms = std::max<int64_t>(0, std::min<int64_t>(timeout_ms, int64_t{1} << 40));
     c.pending = true;
@@ -301,26 +365,22 @@ void TcpStoreServer::Impl::handle_request(Client& c, proto::Reader& r) {
     c.pending_keys = std::move(keys);
     c.deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
   };
-  switch (op) {
-    case Op::kSet: {
-      std::string key = r.str();
-      data_[key] = r.bytes();
+  switch (q.op) {
+    case Op::kSet:
+      data_[q.key] = std::move(q.value);  // up to 64 MiB: not copied
       w.u8(uint8_t(Status::kOk));
       break;
-    }
-    case Op::kGet: {
-      std::string key = r.str();
-      int64_t timeout_ms = r.i64();
-      park(Op::kGet, {key}, timeout_ms);
+    case Op::kGet:
+      park(Op::kGet, {q.key}, q.timeout_ms);
       return;  // answered by try_complete, maybe right away
-    }
     case Op::kAdd: {
-      std::string key = r.str();
-      int64_t delta = r.i64();
-      auto it = data_.find(key);
+      auto it = data_.find(q.key);
       try {
-        int64_t value = (it == data_.end() ? 0 : parse_counter(key, it->second)) + delta;
-        data_[key] = encode_counter(value);
+        const int64_t old = it == data_.end() ? 0 : parse_counter(q.key, it->second);
+        int64_t value = 0;
+        TS_CHECK_T(StoreError, !__builtin_add_overflow(old, q.delta, &value), "add(", q.delta,
+                   ") to store key '", q.key, "' (", old, ") overflows a 64-bit counter");
+        data_[q.key] = encode_counter(value);
         w.u8(uint8_t(Status::kOk)).i64(value);
       } catch (const Error& e) {
         w.u8(uint8_t(Status::kError)).blob(e.bare_message());
@@ -328,43 +388,35 @@ void TcpStoreServer::Impl::handle_request(Client& c, proto::Reader& r) {
       break;
     }
     case Op::kCompareSet: {
-      std::string key = r.str();
-      Bytes expected = r.bytes();
-      Bytes desired = r.bytes();
-      auto it = data_.find(key);
+      auto it = data_.find(q.key);
       w.u8(uint8_t(Status::kOk));
       if (it == data_.end()) {
-        if (!expected.empty()) {
-          w.blob(expected);  // c10d: an absent key with a non-empty expected is unchanged
+        if (!q.expected.empty()) {
+          w.blob(q.expected);  // c10d: an absent key with a non-empty expected is unchanged
         } else {
-          data_[key] = desired;
-          w.blob(desired);
+          data_[q.key] = q.desired;
+          w.blob(q.desired);
         }
-      } else if (it->second == expected) {
-        it->second = desired;
-        w.blob(desired);
+      } else if (it->second == q.expected) {
+        it->second = q.desired;
+        w.blob(q.desired);
       } else {
         w.blob(it->second);
       }
       break;
     }
     case Op::kDelete:
-      w.u8(uint8_t(Status::kOk)).u8(data_.erase(r.str()) > 0 ? 1 : 0);
+      w.u8(uint8_t(Status::kOk)).u8(data_.erase(q.key) > 0 ? 1 : 0);
       break;
     case Op::kCheck:
-      w.u8(uint8_t(Status::kOk)).u8(present(r.strings()) ? 1 : 0);
+      w.u8(uint8_t(Status::kOk)).u8(present(q.keys) ? 1 : 0);
       break;
-    case Op::kWait: {
-      auto keys = r.strings();
-      int64_t timeout_ms = r.i64();
-      park(Op::kWait, std::move(keys), timeout_ms);
+    case Op::kWait:
+      park(Op::kWait, std::move(q.keys), q.timeout_ms);
       return;
-    }
     case Op::kNumKeys:
       w.u8(uint8_t(Status::kOk)).i64(static_cast<int64_t>(data_.size()));
       break;
-    default:
-      TS_THROW(StoreError, "unknown store request ", int(op));
   }
   send(c, w);
 }
