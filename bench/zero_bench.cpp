@@ -36,12 +36,15 @@ int main(int argc, char** argv) {
   tessera::init();
   auto group = tessera::default_group();
   tessera::models::GPT model(cfg);
-  // Buckets and persistence as DeepSpeed users set them for a model of this size.
+  // Buckets and persistence as DeepSpeed users set them for a model of this size;
+  // ZERO_BENCH_OVERLAP=0 turns overlap_comm off.
+  const char* overlap_env = std::getenv("ZERO_BENCH_OVERLAP");
+  const std::string overlap = overlap_env && std::string(overlap_env) == "0" ? "false" : "true";
   auto config = tessera::Config::from_string(
       R"({"train_micro_batch_size_per_gpu": )" + std::to_string(batch) + R"(,
           "optimizer": {"type": "AdamW", "params": {"lr": 1e-4}},
           "zero_optimization": {"stage": )" + std::to_string(stage) + R"(,
-              "reduce_bucket_size": 5000000, "overlap_comm": true,
+              "reduce_bucket_size": 5000000, "overlap_comm": )" + overlap + R"(,
               "stage3_param_persistence_threshold": 100000}})");
   auto engine = tessera::initialize(model, config, group);
   auto gen = at::detail::createCPUGenerator(group->rank());

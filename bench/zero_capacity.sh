@@ -29,7 +29,7 @@ for stage in $STAGES; do
   best="-" best_params="-" best_ms="-" best_rss="-" failed="-"
   for size in $SIZES; do
     layers=${size%x*} embd=${size#*x}
-    out=$(prlimit --as="$limit" "$TESSERA" run -n "$WORLD" "$BENCH" "$stage" 3 "$layers" "$embd" \
+    out=$(prlimit --as="$limit" "$TESSERA" run --master-port 0 -n "$WORLD" "$BENCH" "$stage" 3 "$layers" "$embd" \
             "$BATCH" "$SEQ" 2>&1)
     line=$(grep median_step_ms <<< "$out")
     if [[ -z "$line" ]]; then

@@ -25,19 +25,21 @@ for f in "$TESSERA" "$BENCH"; do
 done
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-field() { grep -o "$1 [0-9.]*" | awk '{print $2}' | head -1; }
+field() { { grep -o "$1 [0-9.]*" || true; } | awk '{print $2}' | head -1; }
 record() {  # record NAME: reads a result line on stdin
   local line
   line=$(cat)
   echo "$line" | field median_step_ms >> "$tmp/$1.ms"
   echo "$line" | field peak_rss_mb >> "$tmp/$1.rss"
-  echo "$line" | field params > "$tmp/params"
+  local params
+  params=$(echo "$line" | field params)
+  [[ -z "$params" ]] || echo "$params" > "$tmp/params"
 }
 port=29700
 for rep in $(seq "$REPS"); do
   for world in $WORLDS; do
     for stage in 0 1 2 3; do
-      "$TESSERA" run -n "$world" "$BENCH" "$stage" "$STEPS" "$LAYERS" "$EMBD" "$BATCH" 2>&1 \
+      "$TESSERA" run --master-port 0 -n "$world" "$BENCH" "$stage" "$STEPS" "$LAYERS" "$EMBD" "$BATCH" 2>&1 \
         | grep median_step_ms | record "w${world}_tessera_s${stage}"
     done
     for mode in ddp zero1; do

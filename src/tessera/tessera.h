@@ -38,6 +38,8 @@
 #include "tessera/checkpoint/checkpoint_writer.h"
 #include "tessera/checkpoint/group_coordinator.h"
 #include "tessera/checkpoint/module_state.h"
+#include "tessera/checkpoint/sharded_tensors.h"
+#include "tessera/checkpoint/state_dict_file.h"
 
 // models: the reference GPT and MLP.
 #include "tessera/models/gpt.h"

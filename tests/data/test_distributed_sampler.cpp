@@ -123,6 +123,44 @@ TEST(DistributedSampler, ResumesFromSavedState) {
   EXPECT_THROW(SamplerState::from_json("not json"), ConfigError);
 }
 
+// 4 ranks that each consumed 6 indices of epoch 1 have used the first 24 entries
+// of the epoch's permutation; 2 ranks (12 each) and 1 rank (24) continue with
+// exactly the entries the 4 ranks would have taken next.
+TEST(DistributedSampler, ReshardedStateContinuesWithTheSameSamples) {
+  DistributedSamplerOptions o;
+  o.seed = 9;
+  std::vector<int64_t> next_at_4;
+  for (int r = 0; r < 4; ++r) {
+    DistributedSampler s(64, 4, r, o);
+    s.set_epoch(1);
+    s.next_batch(6);
+    auto n = s.next_batch(2);
+    next_at_4.insert(next_at_4.end(), n.begin(), n.end());
+  }
+  const SamplerState saved{1, 6};
+  for (int world : {1, 2, 8}) {
+    std::vector<int64_t> next;
+    for (int r = 0; r < world; ++r) {
+      DistributedSampler s(64, world, r, o);
+      s.load_state(saved.resharded(4, world));
+      auto n = s.next_batch(8 / world);
+      next.insert(next.end(), n.begin(), n.end());
+    }
+    std::sort(next.begin(), next.end());
+    auto want = next_at_4;
+    std::sort(want.begin(), want.end());
+    EXPECT_EQ(next, want) << "world " << world;
+  }
+  EXPECT_EQ(saved.resharded(4, 4), saved);
+  try {
+    (void)saved.resharded(4, 5);  // 24 entries over 5 ranks
+    FAIL() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("does not split evenly over 5 ranks"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(DistributedSampler, RejectsBadArguments) {
   EXPECT_THROW(DistributedSampler(10, 2, 2), ConfigError);
   EXPECT_THROW(DistributedSampler(10, 0, 0), ConfigError);

@@ -14,11 +14,17 @@ namespace {
 constexpr const char* kFormatName = "tessera-checkpoint";
 
 json tensor_to_json(const TensorEntry& t) {
-  return json{{"name", t.name},
-              {"dtype", t.dtype},
-              {"shape", t.shape},
-              {"offset", t.offset},
-              {"nbytes", t.nbytes}};
+  json j{{"name", t.name},
+         {"dtype", t.dtype},
+         {"shape", t.shape},
+         {"offset", t.offset},
+         {"nbytes", t.nbytes}};
+  if (!t.crc32c.empty()) j["crc32c"] = t.crc32c;
+  if (t.is_piece) {
+    j["full_shape"] = t.full_shape;
+    j["flat_offset"] = t.flat_offset;
+  }
+  return j;
 }
 
 // v as an integer in [lo, hi]. nlohmann's get<int>() would truncate 1.5, wrap -1
@@ -66,6 +72,21 @@ TensorEntry tensor_entry_from_json(const json& j, const std::string& source) {
     }
     t.offset = static_cast<uint64_t>(integer_field(j, "offset", 0, INT64_MAX, source));
     t.nbytes = static_cast<uint64_t>(integer_field(j, "nbytes", 0, INT64_MAX, source));
+    if (j.contains("crc32c")) t.crc32c = j.at("crc32c").get<std::string>();
+    if (j.contains("full_shape")) {
+      t.is_piece = true;
+      int64_t full = 1;
+      bool overflow = false;
+      for (const auto& d : array_field(j, "full_shape", source)) {
+        t.full_shape.push_back(integer_in(d, 0, INT64_MAX, "full_shape", source));
+        overflow = overflow || __builtin_mul_overflow(full, t.full_shape.back(), &full);
+      }
+      t.flat_offset = integer_field(j, "flat_offset", 0, INT64_MAX, source);
+      TS_CHECK_T(CheckpointError, !overflow && t.shape.size() == 1 && t.flat_offset <= full &&
+                                      t.shape[0] <= full - t.flat_offset,
+                 source, ": piece of tensor '", t.name,
+                 "' must be 1-D and lie inside its full_shape");
+    }
     return t;
   } catch (const json::exception& e) {
     TS_THROW(CheckpointError, source, ": malformed tensor entry: ", e.what());

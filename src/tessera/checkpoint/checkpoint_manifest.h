@@ -9,8 +9,17 @@
 //    "files": [{"path": "replicated.tsr", "rank": 0, "kind": "replicated",
 //               "size": 1234, "crc32c": "89abcdef",
 //               "tensors": [{"name": "wte.weight", "dtype": "Float",
-//                            "shape": [256, 64], "offset": 4096, "nbytes": 65536}]},
-//              {"path": "rank_00001.tsr", "rank": 1, "kind": "rank", ...}]}
+//                            "shape": [256, 64], "offset": 4096, "nbytes": 65536,
+//                            "crc32c": "0a1b2c3d"}]},
+//              {"path": "rank_00001.tsr", "rank": 1, "kind": "rank", "tensors": [
+//                 {"name": "model.h.0.mlp.c_fc.weight", "shape": [12288],
+//                  "full_shape": [256, 64], "flat_offset": 4096, ...}]}]}
+//
+// A tensor entry is either a whole tensor or, with "full_shape", one contiguous
+// piece of a sharded tensor (ZeRO): the elements [flat_offset, flat_offset + n) of
+// the tensor of shape full_shape flattened in row-major order, stored 1-D with
+// shape [n]. sharded_tensors.h reassembles whole tensors, or any range of one,
+// from the pieces of every rank's file, so a checkpoint loads at any world size.
 //
 // Reading is strict, because a manifest comes from disk and may be corrupted:
 // integers must be integers in range (no 1.5, no -1 for a size), lists must be
@@ -37,6 +46,20 @@ struct TensorEntry {
   std::vector<int64_t> shape;
   uint64_t offset = 0;  // byte offset of the data in its file
   uint64_t nbytes = 0;
+  // CRC-32C (hex) of the tensor's own bytes, so one tensor can be read and checked
+  // without reading its whole file; empty in files that predate it.
+  std::string crc32c;
+  // A piece of a sharded tensor (see above): the whole tensor's shape and where
+  // this piece starts in its flattened elements. shape is then [n].
+  bool is_piece = false;
+  std::vector<int64_t> full_shape;
+  int64_t flat_offset = 0;
+
+  bool operator==(const TensorEntry& o) const {
+    return name == o.name && dtype == o.dtype && shape == o.shape && offset == o.offset &&
+           nbytes == o.nbytes && crc32c == o.crc32c && is_piece == o.is_piece &&
+           full_shape == o.full_shape && flat_offset == o.flat_offset;
+  }
 };
 
 enum class FileKind { kReplicated, kRank };
@@ -76,7 +99,8 @@ nlohmann::json to_json(const FileEntry& file);
 FileEntry file_entry_from_json(const nlohmann::json& j, const std::string& source);
 // One tensor's entry, as the manifest and a .tsr index both write it;
 // CheckpointError naming `source` as above. Does not check the shape against the
-// byte count or the file (see parse_tensor_index).
+// byte count or the file (see parse_tensor_index). A piece must be 1-D and lie
+// inside its full shape.
 TensorEntry tensor_entry_from_json(const nlohmann::json& j, const std::string& source);
 
 }  // namespace tessera::checkpoint

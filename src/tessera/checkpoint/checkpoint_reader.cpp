@@ -18,14 +18,30 @@ namespace {
 
 // Checks one file's presence, size and checksum against its manifest entry and
 // returns its bytes.
-std::string read_verified(const std::string& step_dir, const FileEntry& f) {
+// "tensors a, b, c and 12 more": what a missing or damaged file held.
+std::string tensors_held(const FileEntry& f) {
+  std::string out;
+  const size_t shown = std::min<size_t>(f.tensors.size(), 3);
+  for (size_t i = 0; i < shown; ++i) out += (i ? ", '" : "'") + f.tensors[i].name + "'";
+  if (f.tensors.size() > shown) out += " and " + std::to_string(f.tensors.size() - shown) + " more";
+  return out.empty() ? "no tensors" : "tensors " + out;
+}
+
+// Checks that the file exists with the size the manifest records.
+void check_present(const std::string& step_dir, const FileEntry& f) {
   const std::string path = step_dir + "/" + f.path;
   struct stat st;
   TS_CHECK_T(CheckpointError, ::stat(path.c_str(), &st) == 0, "checkpoint file ", path,
-             " listed in the manifest is missing (deleted, or never copied?)");
+             " listed in the manifest is missing (deleted, or never copied?); it holds ",
+             tensors_held(f));
   TS_CHECK_T(CheckpointError, static_cast<uint64_t>(st.st_size) == f.size, "checkpoint file ", path,
              " has ", st.st_size, " bytes but the manifest records ", f.size,
-             " (truncated or overwritten)");
+             " (truncated or overwritten); it holds ", tensors_held(f));
+}
+
+std::string read_verified(const std::string& step_dir, const FileEntry& f) {
+  const std::string path = step_dir + "/" + f.path;
+  check_present(step_dir, f);
   std::string bytes = read_file_bytes(path);
   TS_CHECK_T(CheckpointError, bytes.size() == f.size, "checkpoint file ", path, " read ",
              bytes.size(), " bytes but the manifest records ", f.size, " (truncated?)");
@@ -37,19 +53,14 @@ std::string read_verified(const std::string& step_dir, const FileEntry& f) {
 
 void check_index_matches(const std::string& path, const std::vector<TensorEntry>& in_file,
                          const std::vector<TensorEntry>& in_manifest) {
-  bool same = in_file.size() == in_manifest.size();
-  for (size_t i = 0; same && i < in_file.size(); ++i) {
-    const auto &a = in_file[i], &b = in_manifest[i];
-    same = a.name == b.name && a.dtype == b.dtype && a.shape == b.shape && a.offset == b.offset &&
-           a.nbytes == b.nbytes;
-  }
+  const bool same = in_file == in_manifest;
   TS_CHECK_T(CheckpointError, same, "checkpoint file ", path,
              " holds different tensors than its manifest lists (mixed up with another step?)");
 }
 
 }  // namespace
 
-CheckpointReader CheckpointReader::open(const std::string& step_dir) {
+CheckpointReader CheckpointReader::open(const std::string& step_dir, Verify verify) {
   CheckpointReader r;
   r.step_dir_ = step_dir;
   const std::string mpath = step_dir + "/" + kManifestName;
@@ -62,11 +73,31 @@ CheckpointReader CheckpointReader::open(const std::string& step_dir) {
              "latest_checkpoint()");
   r.manifest_ = CheckpointManifest::from_json(read_file_bytes(mpath), mpath);
   for (const auto& f : r.manifest_.files) {
-    std::string bytes = read_verified(step_dir, f);
-    check_index_matches(step_dir + "/" + f.path, parse_tensor_index(bytes, step_dir + "/" + f.path),
-                        f.tensors);
+    const std::string path = step_dir + "/" + f.path;
+    // A file whose tensors carry no checksum of their own (an older checkpoint) is
+    // checked whole even in kIndex mode.
+    const bool per_tensor = std::all_of(f.tensors.begin(), f.tensors.end(),
+                                        [](const TensorEntry& t) { return !t.crc32c.empty(); });
+    if (verify == Verify::kIndex && per_tensor) {
+      check_present(step_dir, f);
+      check_index_matches(path, read_tensor_index(path, f.size), f.tensors);
+    } else {
+      std::string bytes = read_verified(step_dir, f);
+      check_index_matches(path, parse_tensor_index(bytes, path), f.tensors);
+    }
   }
   return r;
+}
+
+at::Tensor CheckpointReader::read_tensor(const FileEntry& file, const TensorEntry& entry) const {
+  if (entry.crc32c.empty()) {
+    for (auto& [name, t] : load_file(file)) {
+      if (name == entry.name) return t;
+    }
+    TS_THROW(CheckpointError, "checkpoint file ", step_dir_, "/", file.path, " has no tensor '",
+             entry.name, "'");
+  }
+  return checkpoint::read_tensor(step_dir_ + "/" + file.path, entry);
 }
 
 const nlohmann::json& CheckpointReader::rank_metadata(int rank) const {

@@ -11,6 +11,11 @@
 // directory that verifies, so a crash during a save, or a damaged newest
 // checkpoint, still resumes from the previous one.
 //
+// Verify::kIndex checks less up front, for a rank that will read only some
+// tensors: every file must exist with its recorded size and its index must match
+// the manifest; each tensor's bytes are then checked against the tensor's own
+// CRC-32C when read_tensor() reads them.
+//
 // Reads are const; an instance may be shared by threads that only read.
 #pragma once
 
@@ -27,8 +32,9 @@ namespace tessera::checkpoint {
 
 class CheckpointReader {
  public:
-  // Opens and fully verifies the step directory (see above). CheckpointError.
-  static CheckpointReader open(const std::string& step_dir);
+  enum class Verify { kFull, kIndex };
+  // Opens and verifies the step directory (see above). CheckpointError.
+  static CheckpointReader open(const std::string& step_dir, Verify verify = Verify::kFull);
 
   const CheckpointManifest& manifest() const { return manifest_; }
   const std::string& path() const { return step_dir_; }
@@ -43,6 +49,9 @@ class CheckpointReader {
   // Rank `rank`'s own tensors (empty if it saved none). CheckpointError if rank is
   // outside [0, world_size): a different world size needs resharding.
   NamedTensors per_rank(int rank) const;
+  // One tensor (or piece) of `file`, checked against its CRC-32C; CheckpointError
+  // naming the file and the tensor (see tensor_file.h read_tensor).
+  at::Tensor read_tensor(const FileEntry& file, const TensorEntry& entry) const;
 
  private:
   CheckpointReader() = default;

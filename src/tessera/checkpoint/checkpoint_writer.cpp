@@ -30,8 +30,9 @@ std::string rank_file_name(int rank) {
 }
 
 FileEntry write_one(const std::string& dir, const std::string& name, int rank, FileKind kind,
-                    const NamedTensors& tensors, bool do_fsync) {
-  WrittenFile w = write_tensor_file(dir + "/" + name, tensors, do_fsync);
+                    const NamedTensors& tensors, const std::vector<TensorPiece>& pieces,
+                    bool do_fsync) {
+  WrittenFile w = write_tensor_file(dir + "/" + name, tensors, pieces, do_fsync);
   FileEntry e;
   e.path = name;
   e.rank = rank;
@@ -50,11 +51,11 @@ std::string write_rank_files(const std::string& sdir, int rank, const Checkpoint
     json files = json::array();
     if (rank == 0) {
       files.push_back(to_json(
-          write_one(sdir, kReplicatedName, 0, FileKind::kReplicated, state.replicated, do_fsync)));
+          write_one(sdir, kReplicatedName, 0, FileKind::kReplicated, state.replicated, {}, do_fsync)));
     }
-    if (!state.per_rank.empty()) {
-      files.push_back(to_json(
-          write_one(sdir, rank_file_name(rank), rank, FileKind::kRank, state.per_rank, do_fsync)));
+    if (!state.per_rank.empty() || !state.pieces.empty()) {
+      files.push_back(to_json(write_one(sdir, rank_file_name(rank), rank, FileKind::kRank,
+                                        state.per_rank, state.pieces, do_fsync)));
     }
     return json{{"ok", true}, {"files", files}, {"rank_metadata", state.rank_metadata}}.dump();
   } catch (const std::exception& e) {

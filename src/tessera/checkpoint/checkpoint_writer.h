@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "tessera/checkpoint/coordinator.h"
+#include "tessera/checkpoint/tensor_file.h"
 
 namespace tessera::checkpoint {
 
@@ -45,8 +46,11 @@ struct CheckpointState {
   // Identical on every rank (model weights and optimizer state under plain data
   // parallel). Only rank 0's copy is written; other ranks may leave it empty.
   NamedTensors replicated;
-  // This rank's own state (ZeRO shards, RNG state, ...). May be empty.
+  // This rank's own state (RNG state, ...). May be empty.
   NamedTensors per_rank;
+  // This rank's pieces of sharded tensors (ZeRO shards), written to its own file
+  // after per_rank; a reader reassembles them across ranks (sharded_tensors.h).
+  std::vector<TensorPiece> pieces;
   // Job-level JSON (config, step counters); rank 0's is stored.
   nlohmann::json metadata = nlohmann::json::object();
   // This rank's small JSON state (e.g. sampler state), stored in the manifest.

@@ -83,34 +83,69 @@ void write_file_atomic(const std::string& path, const std::string& contents, boo
 WrittenFile write_tensor_file(const std::string& path,
                               const std::vector<std::pair<std::string, at::Tensor>>& tensors,
                               bool do_fsync) {
+  return write_tensor_file(path, tensors, {}, do_fsync);
+}
+
+WrittenFile write_tensor_file(const std::string& path,
+                              const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+                              const std::vector<TensorPiece>& pieces, bool do_fsync) {
   WrittenFile out;
   std::vector<at::Tensor> cpu;
   std::set<std::string> names;
-  for (const auto& [name, t] : tensors) {
+  auto add = [&](const std::string& name, const at::Tensor& t) {
     TS_CHECK(names.insert(name).second, "checkpoint tensor name '", name,
              "' is used twice in one file; names must be unique");
     TS_CHECK_T(CheckpointError, t.defined(), "checkpoint tensor '", name, "' is undefined");
     TS_CHECK_T(CheckpointError, dtype_from_name(c10::toString(t.scalar_type())).has_value(),
                "checkpoint tensor '", name, "' has dtype ", t.scalar_type(),
                " which checkpoints do not support");
+    // A tensor whose storage is smaller than its shape (a released ZeRO stage-3
+    // parameter) has no values to save: refuse it rather than read past the end.
+    TS_CHECK_T(CheckpointError,
+               t.numel() == 0 || !t.has_storage() ||
+                   t.storage().nbytes() >= static_cast<size_t>((t.storage_offset() + 1) *
+                                                               t.element_size()),
+               "checkpoint tensor '", name, "' holds no memory (a parameter whose storage was ",
+               "released); save the shards that hold its values instead");
     cpu.push_back(t.detach().to(at::kCPU).contiguous());
     TensorEntry e;
     e.name = name;
     e.dtype = c10::toString(t.scalar_type());
     e.shape = t.sizes().vec();
     e.nbytes = static_cast<uint64_t>(cpu.back().numel()) * cpu.back().element_size();
+    e.crc32c = crc32c_hex(crc32c(cpu.back().data_ptr(), e.nbytes));
     out.tensors.push_back(e);
+  };
+  for (const auto& [name, t] : tensors) add(name, t);
+  for (const auto& p : pieces) {
+    TS_CHECK_T(CheckpointError, p.data.defined(), "checkpoint tensor '", p.name, "' is undefined");
+    int64_t full = 1;
+    for (int64_t d : p.full_shape) full *= d;
+    TS_CHECK(p.flat_offset >= 0 && p.flat_offset + p.data.numel() <= full, "piece of '", p.name,
+             "' at ", p.flat_offset, " with ", p.data.numel(), " elements lies outside its ",
+             "full shape of ", full, " elements");
+    add(p.name, p.data.reshape({-1}));
+    auto& e = out.tensors.back();
+    e.is_piece = true;
+    e.full_shape = p.full_shape;
+    e.flat_offset = p.flat_offset;
   }
   // The index holds offsets, which depend on the index's own length: lay out with
   // a generous reserved index size, then serialize once with final offsets.
   auto index_json = [&]() {
     nlohmann::json arr = nlohmann::json::array();
     for (const auto& e : out.tensors) {
-      arr.push_back({{"name", e.name},
-                     {"dtype", e.dtype},
-                     {"shape", e.shape},
-                     {"offset", e.offset},
-                     {"nbytes", e.nbytes}});
+      nlohmann::json j{{"name", e.name},
+                       {"dtype", e.dtype},
+                       {"shape", e.shape},
+                       {"offset", e.offset},
+                       {"nbytes", e.nbytes},
+                       {"crc32c", e.crc32c}};
+      if (e.is_piece) {
+        j["full_shape"] = e.full_shape;
+        j["flat_offset"] = e.flat_offset;
+      }
+      arr.push_back(std::move(j));
     }
     return nlohmann::json{{"tensors", arr}}.dump();
   };
@@ -152,26 +187,91 @@ WrittenFile write_tensor_file(const std::string& path,
   return out;
 }
 
-std::vector<TensorEntry> parse_tensor_index(const std::string& bytes, const std::string& source) {
-  TS_CHECK_T(CheckpointError, bytes.size() >= 16 && std::memcmp(bytes.data(), kMagic, 8) == 0,
+namespace {
+
+// The index length of a file whose first `avail` (>= 16 checked here) bytes are
+// `head` and whose size is file_size.
+uint64_t index_length(const char* head, size_t avail, uint64_t file_size,
+                      const std::string& source) {
+  TS_CHECK_T(CheckpointError, avail >= 16 && std::memcmp(head, kMagic, 8) == 0,
              "checkpoint file ", source, " is not a Tessera tensor file (bad magic)");
   uint64_t len = 0;
-  std::memcpy(&len, bytes.data() + 8, 8);
-  TS_CHECK_T(CheckpointError, len <= kMaxIndexBytes && 16 + len <= bytes.size(), "checkpoint file ",
-             source, " has an index length ", len, " beyond its ", bytes.size(),
+  std::memcpy(&len, head + 8, 8);
+  TS_CHECK_T(CheckpointError, len <= kMaxIndexBytes && 16 + len <= file_size, "checkpoint file ",
+             source, " has an index length ", len, " beyond its ", file_size,
              " bytes (truncated?)");
+  return len;
+}
+
+// Parses the index in head[16, 16 + len) of a file of file_size bytes.
+std::vector<TensorEntry> parse_index(const char* head, uint64_t len, uint64_t file_size,
+                                     const std::string& source) {
   std::vector<TensorEntry> entries;
   const std::string where = "checkpoint file " + source;
   try {
-    auto j = nlohmann::json::parse(bytes.begin() + 16, bytes.begin() + 16 + len);
+    auto j = nlohmann::json::parse(head + 16, head + 16 + len);
     TS_CHECK_T(CheckpointError, j.is_object() && j.contains("tensors") && j["tensors"].is_array(),
                where, " has a malformed index: no \"tensors\" list");
     for (const auto& t : j["tensors"]) entries.push_back(tensor_entry_from_json(t, where));
   } catch (const nlohmann::json::exception& e) {
     TS_THROW(CheckpointError, where, " has a malformed index: ", e.what());
   }
-  for (const auto& e : entries) checked_dtype(e, bytes.size(), source);
+  for (const auto& e : entries) checked_dtype(e, file_size, source);
   return entries;
+}
+
+// pread of exactly n bytes at offset; false if the file ends first.
+bool read_at(int fd, void* dst, size_t n, uint64_t offset, const std::string& path) {
+  auto* p = static_cast<char*>(dst);
+  size_t done = 0;
+  while (done < n) {
+    ssize_t r = ::pread(fd, p + done, n - done, static_cast<off_t>(offset + done));
+    if (r < 0 && errno == EINTR) continue;
+    TS_CHECK_ERRNO(CheckpointError, r, "cannot read checkpoint file ", path);
+    if (r == 0) return false;
+    done += static_cast<size_t>(r);
+  }
+  return true;
+}
+
+}  // namespace
+
+std::vector<TensorEntry> parse_tensor_index(const std::string& bytes, const std::string& source) {
+  const uint64_t len = index_length(bytes.data(), bytes.size(), bytes.size(), source);
+  return parse_index(bytes.data(), len, bytes.size(), source);
+}
+
+std::vector<TensorEntry> read_tensor_index(const std::string& path, uint64_t file_size) {
+  Fd f;
+  f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  TS_CHECK_ERRNO(CheckpointError, f.fd, "cannot open checkpoint file ", path);
+  char head[16];
+  const bool whole = read_at(f.fd, head, sizeof(head), 0, path);
+  const uint64_t len = index_length(head, whole ? sizeof(head) : 0, file_size, path);
+  std::string buf(16 + len, '\0');
+  TS_CHECK_T(CheckpointError, read_at(f.fd, buf.data(), buf.size(), 0, path), "checkpoint file ",
+             path, " ends inside its index (truncated)");
+  return parse_index(buf.data(), len, file_size, path);
+}
+
+at::Tensor read_tensor(const std::string& path, const TensorEntry& entry) {
+  Fd f;
+  f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  TS_CHECK_ERRNO(CheckpointError, f.fd, "cannot open checkpoint file ", path, " to read tensor '",
+                 entry.name, "'");
+  struct stat st;
+  TS_CHECK_ERRNO(CheckpointError, ::fstat(f.fd, &st), "cannot stat ", path);
+  const at::ScalarType dtype = checked_dtype(entry, static_cast<uint64_t>(st.st_size), path);
+  at::Tensor t = at::empty(entry.shape, at::TensorOptions().dtype(dtype));
+  TS_CHECK_T(CheckpointError, read_at(f.fd, t.data_ptr(), entry.nbytes, entry.offset, path),
+             "checkpoint file ", path, " ends inside tensor '", entry.name, "' (truncated)");
+  if (!entry.crc32c.empty()) {
+    const std::string crc = crc32c_hex(crc32c(t.data_ptr(), entry.nbytes));
+    TS_CHECK_T(CheckpointError, crc == entry.crc32c, "checkpoint file ", path,
+               " is corrupted: tensor '", entry.name, "' has CRC-32C ", crc, " but ",
+               entry.crc32c, " was recorded");
+  }
+  return t;
 }
 
 at::Tensor tensor_from_bytes(const std::string& bytes, const TensorEntry& entry,

@@ -29,6 +29,19 @@ SamplerState SamplerState::from_json(const std::string& text) {
   return s;
 }
 
+SamplerState SamplerState::resharded(int saved_world, int world) const {
+  TS_CHECK_T(ConfigError, saved_world >= 1 && world >= 1, "sampler state: world sizes must be >= 1, got ",
+             saved_world, " and ", world);
+  if (saved_world == world) return *this;
+  const int64_t consumed = position * saved_world;
+  TS_CHECK_T(ConfigError, consumed % world == 0, "the saved data position (", consumed,
+             " samples of epoch ", epoch, " dealt to ", saved_world,
+             " ranks) does not split evenly over ", world,
+             " ranks; resume with a world size that divides it (keep train_batch_size a multiple "
+             "of both world sizes)");
+  return SamplerState{epoch, consumed / world};
+}
+
 DistributedSampler::DistributedSampler(int64_t dataset_size, int num_replicas, int rank,
                                        DistributedSamplerOptions options)
     : dataset_size_(dataset_size), num_replicas_(num_replicas), rank_(rank), options_(options) {

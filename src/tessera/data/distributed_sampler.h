@@ -39,6 +39,13 @@ struct SamplerState {
   bool operator==(const SamplerState& o) const {
     return epoch == o.epoch && position == o.position;
   }
+  // The same point of the epoch for `world` ranks, when `saved_world` ranks
+  // saved this state. The sampler deals one global permutation round-robin, so
+  // after p indices per rank at world w the job has consumed the first p * w
+  // entries; `world` ranks consume the same entries after p * w / world each.
+  // Exact within an epoch (the padding at an epoch's end depends on the world
+  // size). ConfigError when p * w is not a multiple of world.
+  SamplerState resharded(int saved_world, int world) const;
 };
 
 class DistributedSampler {

@@ -20,6 +20,7 @@ int bench_command(const Args& args);   // tessera bench: collective benchmark
 int doctor_command(const Args& args);  // tessera doctor: build and environment report
 int train_command(const Args& args);   // tessera train: data-parallel GPT training
 int data_command(const Args& args);    // tessera data: prepare token files
+int ckpt_command(const Args& args);    // tessera ckpt: inspect and consolidate checkpoints
 
 // All subcommands, in the order `tessera --help` lists them.
 const std::vector<Command>& commands();

@@ -8,6 +8,8 @@ const std::vector<Command>& commands() {
       {"train", "train a GPT with data parallelism (DeepSpeed-style JSON config)", train_command},
       {"bench", "collective benchmark in the style of nccl-tests", bench_command},
       {"data", "dataset tools: prepare llm.c .bin token files from text", data_command},
+      {"ckpt", "checkpoint tools: info, consolidate into one torch.load state dict",
+       ckpt_command},
       {"doctor", "report the build, backends and environment variables", doctor_command},
   };
   return table;

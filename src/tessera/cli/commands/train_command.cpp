@@ -123,8 +123,9 @@ nlohmann::json memory_record(const runtime::Engine& engine, int64_t step) {
 // Keeps the two newest checkpoints: the one just written and one to fall back to.
 constexpr int kKeepCheckpoints = 2;
 
-void save(runtime::Engine& engine, TrainData& data, const std::string& out_dir) {
-  engine.save_checkpoint(out_dir, {{"sampler", data.sampler().state().to_json()}},
+void save(runtime::Engine& engine, TrainData& data, const std::string& out_dir, int world) {
+  engine.save_checkpoint(out_dir,
+                         {{"sampler", data.sampler().state().to_json()}, {"sampler_world", world}},
                          kKeepCheckpoints);
 }
 
@@ -161,9 +162,17 @@ int train_command(const Args& args) {
     // Every rank sees the same directory; load_checkpoint agrees on the step.
     if (!checkpoint::list_steps(s.out_dir).empty()) {
       auto client = engine.load_checkpoint(s.out_dir);
-      data.sampler().load_state(data::SamplerState::from_json(client.at("sampler").get<std::string>()));
-      if (rank0) std::printf("resumed from %s/step_%lld\n", s.out_dir.c_str(),
-                             static_cast<long long>(engine.global_steps()));
+      const int saved_world = client.value("sampler_world", group->size());
+      data.sampler().load_state(data::SamplerState::from_json(client.at("sampler").get<std::string>())
+                                    .resharded(saved_world, group->size()));
+      if (rank0) {
+        std::printf("resumed from %s/step_%lld", s.out_dir.c_str(),
+                    static_cast<long long>(engine.global_steps()));
+        if (saved_world != group->size()) {
+          std::printf(" (saved by %d ranks, resharded to %d)", saved_world, group->size());
+        }
+        std::printf("\n");
+      }
     } else if (rank0) {
       std::printf("no checkpoint in %s: starting from scratch\n", s.out_dir.c_str());
     }
@@ -232,7 +241,7 @@ int train_command(const Args& args) {
       }
     }
     if ((s.checkpoint_interval > 0 && step % s.checkpoint_interval == 0) || last) {
-      save(engine, data, s.out_dir);
+      save(engine, data, s.out_dir, group->size());
     }
   }
   // Under ZeRO stage 3 the weights are sharded: every rank gathers them so that

@@ -341,6 +341,21 @@ void ZeroDataParallel::gather_all() {
   pinned_ = true;
 }
 
+void ZeroDataParallel::after_shards_loaded() {
+  std::vector<FlatUnit*> refresh;
+  for (auto& u : units_) {
+    if (u->stage() != 3) {
+      refresh.push_back(u.get());
+    } else if (u->is_gathered()) {
+      u->finish_gather();
+      u->release();
+      refresh.push_back(u.get());
+    }
+  }
+  for (FlatUnit* u : refresh) u->launch_gather(*group_);
+  for (FlatUnit* u : refresh) u->finish_gather();
+}
+
 void ZeroDataParallel::release_all() {
   pinned_ = false;
   for (size_t m = 0; m < modules_.size(); ++m) release_module(m);

@@ -80,6 +80,11 @@ class ZeroDataParallel : public UnitController {
   void gather_all();
   void release_all();
 
+  // Collective, after new values were copied into the shards (a checkpoint load):
+  // stage 1 and 2 units, and stage-3 units that are gathered now, all-gather them
+  // so the module's parameters show the loaded values.
+  void after_shards_loaded();
+
   // Every unit (stage-3 module units first, then the whole ones).
   const std::vector<std::unique_ptr<FlatUnit>>& units() const { return units_; }
   // Parameters that no unit holds (frozen ones): kept whole, as in DDP.

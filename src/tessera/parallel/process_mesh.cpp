@@ -1,0 +1,36 @@
+#include "tessera/parallel/process_mesh.h"
+
+#include "tessera/core/check.h"
+
+namespace tessera::parallel {
+
+namespace {
+
+// Every rank creates every group of an axis in the same order (new_subgroup is a
+// collective over the world) and keeps the one it is in.
+std::shared_ptr<comm::ProcessGroup> mine(comm::ProcessGroup& world,
+                                         const std::vector<std::vector<int>>& groups) {
+  std::shared_ptr<comm::ProcessGroup> out;
+  for (const auto& g : groups) {
+    auto pg = world.new_subgroup(g);
+    if (pg) out = pg;
+  }
+  return out;
+}
+
+}  // namespace
+
+ProcessMesh ProcessMesh::build(std::shared_ptr<comm::ProcessGroup> world, int tp, int pp) {
+  TS_CHECK(world != nullptr, "ProcessMesh::build: no world group; call tessera::init() first");
+  Topology t(world->size(), tp, pp);
+  ProcessMesh m(t, t.coord(world->rank()));
+  m.world_ = world;
+  m.tp_ = mine(*world, t.tp_groups());
+  m.dp_ = mine(*world, t.dp_groups());
+  m.pp_ = mine(*world, t.pp_groups());
+  m.embedding_ = mine(*world, t.embedding_groups());
+  TS_INTERNAL_ASSERT(m.tp_ && m.dp_ && m.pp_, "ProcessMesh: a rank is missing from an axis");
+  return m;
+}
+
+}  // namespace tessera::parallel

@@ -1,0 +1,110 @@
+// Megatron-style tensor-parallel layers over a tensor-parallel group of size tp,
+// built only from the conjugate functions of tp_ops.h.
+//
+//   ColumnParallelLinear  Y = X A,  A split by columns: rank r holds out/tp
+//                         outputs. Its input enters with copy_to_tp (or, under
+//                         sequence parallel, gather_from_sequence); its output
+//                         stays split unless gather_output.
+//   RowParallelLinear     Y = X A,  A split by rows: rank r holds in/tp inputs and
+//                         computes a partial sum, finished by reduce_from_tp (or,
+//                         under sequence parallel, reduce_scatter_to_sequence).
+//                         The bias is whole on every rank and added after the sum.
+//   VocabParallelEmbedding  rank r holds rows [r V/tp, (r+1) V/tp) of the table;
+//                         ids outside give zeros, and the sum over ranks
+//                         (reduce_from_tp / reduce_scatter_to_sequence) is the lookup.
+//
+// A column-parallel layer followed by a row-parallel one (attention's qkv and
+// output projections, the MLP's two layers) needs one all-reduce forward and one
+// backward. Each layer can be built from the dense layer's full weights
+// (from_dense): rank r keeps its slice, so a tensor-parallel model starts from
+// the same weights as the dense one.
+//
+// Dense weights follow torch::nn::Linear: weight [out, in], y = x W^T + b.
+// Shapes that do not divide by tp are a ConfigError naming the layer and sizes.
+// Not thread-safe; every rank of the group runs the same layers in the same order.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <memory>
+
+#include "tessera/comm/process_group.h"
+
+namespace tessera::parallel {
+
+struct TensorParallelOptions {
+  std::shared_ptr<comm::ProcessGroup> group;  // the tensor-parallel group
+  bool sequence_parallel = false;  // activations outside the layers hold 1/tp of the sequence
+};
+
+class ColumnParallelLinearImpl : public torch::nn::Module {
+ public:
+  // in -> out, out divisible by tp. Weights ~ N(0, 0.02) from torch's default
+  // generator on each rank's slice (use from_dense for dense-equal weights).
+  ColumnParallelLinearImpl(int64_t in, int64_t out, TensorParallelOptions tp, bool bias = true,
+                           bool gather_output = false);
+  // Copies rank r's rows of the dense weight [out, in] (and bias [out]).
+  // `row_blocks` > 1 splits the output into that many equal blocks and gives
+  // each rank its part of every block (attention's [q; k; v] weight: 3).
+  void from_dense(const torch::Tensor& weight, const torch::Tensor& bias, int64_t row_blocks = 1);
+  // x: [B, T(/tp under sequence parallel), in] -> [B, T, out/tp] (or out, gathered).
+  torch::Tensor forward(const torch::Tensor& x);
+
+  torch::Tensor weight;  // [out/tp, in]
+  torch::Tensor bias;    // [out/tp] or undefined
+
+ private:
+  TensorParallelOptions tp_;
+  int64_t in_, out_;
+  bool gather_output_;
+};
+TORCH_MODULE(ColumnParallelLinear);
+
+class RowParallelLinearImpl : public torch::nn::Module {
+ public:
+  // in -> out, in divisible by tp.
+  RowParallelLinearImpl(int64_t in, int64_t out, TensorParallelOptions tp, bool bias = true,
+                        bool input_is_parallel = true);
+  // Copies rank r's columns of the dense weight [out, in] and the whole bias.
+  void from_dense(const torch::Tensor& weight, const torch::Tensor& bias);
+  // x: [B, T, in/tp] (or in, scattered here) -> [B, T(/tp under sequence parallel), out].
+  torch::Tensor forward(const torch::Tensor& x);
+
+  torch::Tensor weight;  // [out, in/tp]
+  torch::Tensor bias;    // [out], whole; under sequence parallel it enters through
+                         // copy_to_tp, so its gradient is summed over the group
+ private:
+  TensorParallelOptions tp_;
+  int64_t in_, out_;
+  bool input_is_parallel_;
+};
+TORCH_MODULE(RowParallelLinear);
+
+class VocabParallelEmbeddingImpl : public torch::nn::Module {
+ public:
+  // vocab divisible by tp.
+  VocabParallelEmbeddingImpl(int64_t vocab, int64_t dim, TensorParallelOptions tp);
+  void from_dense(const torch::Tensor& weight);  // [vocab, dim]
+  // ids: int64 [B, T] -> [B, T(/tp under sequence parallel), dim].
+  torch::Tensor forward(const torch::Tensor& ids);
+  // Rank r's vocabulary range [vocab_begin, vocab_end).
+  int64_t vocab_begin() const { return begin_; }
+  int64_t vocab_end() const { return end_; }
+
+  torch::Tensor weight;  // [vocab/tp, dim]
+
+ private:
+  TensorParallelOptions tp_;
+  int64_t vocab_, begin_, end_;
+};
+TORCH_MODULE(VocabParallelEmbedding);
+
+// Mean cross entropy of logits split by vocabulary over the group
+// (local_logits [N, V/tp], rank r's columns [r V/tp, (r+1) V/tp)) against
+// targets int64 [N] in [0, V). Never builds the full [N, V] logits: the max, the
+// sum of exponentials and the target's logit are all-reduced (three [N]
+// vectors). The gradient is softmax - one_hot on each rank's columns.
+torch::Tensor vocab_parallel_cross_entropy(const torch::Tensor& local_logits,
+                                           const torch::Tensor& targets, comm::ProcessGroup& group);
+
+}  // namespace tessera::parallel

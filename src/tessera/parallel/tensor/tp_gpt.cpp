@@ -1,0 +1,205 @@
+#include "tessera/parallel/tensor/tp_gpt.h"
+
+#include <cmath>
+#include <limits>
+
+#include "tessera/core/check.h"
+#include "tessera/models/ops/causal_attention.h"
+#include "tessera/parallel/tensor/tp_ops.h"
+
+namespace tessera::parallel {
+
+namespace {
+
+// LayerNorm whose affine parameters are whole on every rank; under sequence
+// parallel each rank normalizes its part of the sequence, so the parameters'
+// gradients are partial and enter through copy_to_tp.
+class TpLayerNormImpl : public torch::nn::Module {
+ public:
+  TpLayerNormImpl(int64_t n, TensorParallelOptions tp) : n_(n), tp_(std::move(tp)) {
+    weight = register_parameter("weight", torch::ones({n}));
+    bias = register_parameter("bias", torch::zeros({n}));
+  }
+  torch::Tensor forward(const torch::Tensor& x) {
+    if (!tp_.sequence_parallel) return torch::layer_norm(x, {n_}, weight, bias, 1e-5);
+    return torch::layer_norm(x, {n_}, copy_to_tp(weight, *tp_.group), copy_to_tp(bias, *tp_.group),
+                             1e-5);
+  }
+  torch::Tensor weight, bias;
+
+ private:
+  int64_t n_;
+  TensorParallelOptions tp_;
+};
+TORCH_MODULE(TpLayerNorm);
+
+class TpAttentionImpl : public torch::nn::Module {
+ public:
+  TpAttentionImpl(const models::GPTConfig& c, const TensorParallelOptions& tp)
+      : local_heads_(c.n_head / tp.group->size()),
+        local_embd_(c.n_embd / tp.group->size()),
+        fused_(c.fused_attention) {
+    c_attn = register_module("c_attn", ColumnParallelLinear(c.n_embd, 3 * c.n_embd, tp, c.bias));
+    c_proj = register_module("c_proj", RowParallelLinear(c.n_embd, c.n_embd, tp, c.bias));
+  }
+  torch::Tensor forward(const torch::Tensor& x) {
+    auto qkv = c_attn(x);  // [B, T, 3C/tp]: this rank's heads of q, k and v
+    auto y = fused_ && models::ops::causal_attention_supports(qkv, local_heads_)
+                 ? models::ops::causal_attention(qkv, local_heads_)
+                 : composed(qkv);
+    return c_proj(y);
+  }
+  ColumnParallelLinear c_attn{nullptr};
+  RowParallelLinear c_proj{nullptr};
+
+ private:
+  torch::Tensor composed(const torch::Tensor& qkv) {
+    const int64_t B = qkv.size(0), T = qkv.size(1), hd = local_embd_ / local_heads_;
+    auto parts = qkv.split(local_embd_, 2);
+    auto heads = [&](const torch::Tensor& t) { return t.view({B, T, local_heads_, hd}).transpose(1, 2); };
+    auto att = torch::matmul(heads(parts[0]), heads(parts[1]).transpose(-2, -1)) /
+               std::sqrt(static_cast<double>(hd));
+    auto future = torch::ones({T, T}, torch::TensorOptions().dtype(torch::kBool)).triu(1);
+    att = torch::softmax(att.masked_fill(future, -std::numeric_limits<float>::infinity()), -1);
+    return torch::matmul(att, heads(parts[2])).transpose(1, 2).contiguous().view({B, T, local_embd_});
+  }
+  int64_t local_heads_, local_embd_;
+  bool fused_;
+};
+TORCH_MODULE(TpAttention);
+
+class TpMlpImpl : public torch::nn::Module {
+ public:
+  TpMlpImpl(const models::GPTConfig& c, const TensorParallelOptions& tp) {
+    c_fc = register_module("c_fc", ColumnParallelLinear(c.n_embd, 4 * c.n_embd, tp, c.bias));
+    c_proj = register_module("c_proj", RowParallelLinear(4 * c.n_embd, c.n_embd, tp, c.bias));
+  }
+  torch::Tensor forward(const torch::Tensor& x) { return c_proj(torch::gelu(c_fc(x))); }
+  ColumnParallelLinear c_fc{nullptr};
+  RowParallelLinear c_proj{nullptr};
+};
+TORCH_MODULE(TpMlp);
+
+class TpBlockImpl : public torch::nn::Module {
+ public:
+  TpBlockImpl(const models::GPTConfig& c, const TensorParallelOptions& tp) {
+    ln_1 = register_module("ln_1", TpLayerNorm(c.n_embd, tp));
+    attn = register_module("attn", TpAttention(c, tp));
+    ln_2 = register_module("ln_2", TpLayerNorm(c.n_embd, tp));
+    mlp = register_module("mlp", TpMlp(c, tp));
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    x = x + attn(ln_1(x));
+    return x + mlp(ln_2(x));
+  }
+  TpLayerNorm ln_1{nullptr}, ln_2{nullptr};
+  TpAttention attn{nullptr};
+  TpMlp mlp{nullptr};
+};
+TORCH_MODULE(TpBlock);
+
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+void check_layout(const models::GPTConfig& c, const TensorParallelOptions& tp) {
+  TS_CHECK_T(ConfigError, tp.group != nullptr, "TensorParallelGPT needs a tensor-parallel group");
+  const int n = tp.group->size();
+  c.validate();
+  TS_CHECK_T(ConfigError, c.n_head % n == 0, "model.n_head ", c.n_head,
+             " does not divide by tensor_model_parallel_size ", n,
+             ": every tensor-parallel rank needs whole attention heads");
+  TS_CHECK_T(ConfigError, c.vocab_size % n == 0, "model.vocab_size ", c.vocab_size,
+             " does not divide by tensor_model_parallel_size ", n,
+             "; pad the vocabulary to a multiple of it");
+  TS_CHECK_T(ConfigError, !tp.sequence_parallel || c.block_size % n == 0, "model.block_size ",
+             c.block_size, " does not divide by tensor_model_parallel_size ", n,
+             ", which sequence_parallel needs");
+  TS_CHECK_T(ConfigError, c.dropout == 0.0 || n == 1, "model.dropout ", c.dropout,
+             " is not supported with tensor_model_parallel_size ", n, " yet; set it to 0");
+}
+
+}  // namespace
+
+DenseSlice dense_slice_of(const std::string& name) {
+  if (ends_with(name, "attn.c_attn.weight") || ends_with(name, "attn.c_attn.bias")) {
+    return {DenseSlice::Kind::kRows, 3};
+  }
+  if (ends_with(name, "mlp.c_fc.weight") || ends_with(name, "mlp.c_fc.bias") || name == "wte.weight") {
+    return {DenseSlice::Kind::kRows, 1};
+  }
+  if (ends_with(name, "c_proj.weight")) return {DenseSlice::Kind::kColumns, 1};
+  return {};
+}
+
+TensorParallelGPTImpl::TensorParallelGPTImpl(const models::GPTConfig& config, TensorParallelOptions tp)
+    : config_(config), tp_(std::move(tp)) {
+  check_layout(config_, tp_);
+  wte = register_module("wte", VocabParallelEmbedding(config.vocab_size, config.n_embd, tp_));
+  auto wpe = register_module("wpe", std::make_shared<torch::nn::Module>());
+  wpe_ = wpe->register_parameter("weight", torch::zeros({config.block_size, config.n_embd}));
+  h = register_module("h", torch::nn::Sequential());
+  for (int64_t i = 0; i < config.n_layer; ++i) h->push_back(TpBlock(config_, tp_));
+  ln_f_ = register_module("ln_f", TpLayerNorm(config.n_embd, tp_)).get();
+
+  // The dense GPT's weights, sliced: same seed, same weights as a dense run.
+  models::GPT dense(config_);
+  const int n = tp_.group->size(), r = tp_.group->rank();
+  auto dense_params = dense->named_parameters(true);
+  torch::NoGradGuard no_grad;
+  for (auto& p : named_parameters(true)) {
+    const torch::Tensor* src = dense_params.find(p.key());
+    TS_INTERNAL_ASSERT(src != nullptr, "TensorParallelGPT parameter ", p.key(), " is not in the GPT");
+    const DenseSlice s = dense_slice_of(p.key());
+    torch::Tensor mine = *src;
+    if (s.kind == DenseSlice::Kind::kRows) {
+      std::vector<torch::Tensor> parts;
+      for (const auto& block : src->chunk(s.blocks, 0)) {
+        parts.push_back(block.chunk(n, 0)[static_cast<size_t>(r)]);
+      }
+      mine = torch::cat(parts, 0);
+    } else if (s.kind == DenseSlice::Kind::kColumns) {
+      mine = src->chunk(n, 1)[static_cast<size_t>(r)];
+    }
+    TS_INTERNAL_ASSERT(mine.sizes() == p.value().sizes(), "slice of ", p.key(), " has shape ",
+                       mine.sizes(), ", the parameter ", p.value().sizes());
+    p.value().copy_(mine);
+  }
+}
+
+torch::Tensor TensorParallelGPTImpl::hidden(const torch::Tensor& idx) {
+  TS_CHECK(idx.dim() == 2, "TensorParallelGPT.forward expects idx of shape [B, T], got ", idx.sizes());
+  const int64_t T = idx.size(1);
+  TS_CHECK(T >= 1 && T <= config_.block_size, "TensorParallelGPT.forward: sequence length ", T,
+           " exceeds block_size ", config_.block_size);
+  comm::ProcessGroup& g = *tp_.group;
+  auto x = wte(idx);  // [B, T(/tp), C]
+  if (tp_.sequence_parallel) {
+    TS_CHECK(T % g.size() == 0, "TensorParallelGPT: sequence length ", T,
+             " does not divide by tensor_model_parallel_size ", g.size(),
+             " under sequence_parallel");
+    const int64_t per = T / g.size();
+    x = x + copy_to_tp(wpe_, g).slice(0, per * g.rank(), per * (g.rank() + 1));
+  } else {
+    x = x + wpe_.slice(0, 0, T);
+  }
+  x = h->forward(x);
+  return ln_f_->as<TpLayerNorm>()->forward(x);
+}
+
+torch::Tensor TensorParallelGPTImpl::forward(const torch::Tensor& idx) {
+  comm::ProcessGroup& g = *tp_.group;
+  auto x = hidden(idx);
+  // The head needs every position on every rank; its input's gradient is partial
+  // (this rank's vocabulary only) and is summed by the conjugate.
+  x = tp_.sequence_parallel ? gather_from_sequence(x, g) : copy_to_tp(x, g);
+  return torch::matmul(x, wte->weight.t());
+}
+
+torch::Tensor TensorParallelGPTImpl::loss(const torch::Tensor& idx, const torch::Tensor& targets) {
+  auto logits = forward(idx);
+  return vocab_parallel_cross_entropy(logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}),
+                                      *tp_.group);
+}
+
+}  // namespace tessera::parallel

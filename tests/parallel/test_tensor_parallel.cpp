@@ -1,0 +1,240 @@
+// Tensor-parallel layers against the dense layers they split, with ranks as
+// threads over gloo at tp 2 and 4, with and without sequence parallel: outputs,
+// input gradients and each rank's slice of the weight gradients equal the dense
+// ones (<= 1e-5). Also the process mesh's groups in a real 2 x 2 layout.
+#include <gtest/gtest.h>
+
+#include <torch/torch.h>
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <mutex>
+
+#include "tessera/core/error.h"
+#include "tessera/parallel/process_mesh.h"
+#include "tessera/parallel/tensor/parallel_layers.h"
+#include "tessera/parallel/tensor/tp_gpt.h"
+#include "tessera/parallel/tensor/tp_ops.h"
+#include "testing/thread_ranks.h"
+
+namespace tessera::parallel {
+namespace {
+
+using testing::make_group;
+using testing::run_ranks;
+
+std::mutex& seed_mutex() {
+  static std::mutex m;
+  return m;
+}
+
+double max_diff(const torch::Tensor& a, const torch::Tensor& b) {
+  EXPECT_EQ(a.sizes(), b.sizes());
+  return (a - b).abs().max().item<double>();
+}
+
+torch::Tensor slice_of(const torch::Tensor& t, int64_t dim, int rank, int size) {
+  return t.chunk(size, dim)[static_cast<size_t>(rank)];
+}
+
+// Dense MLP (Linear in->hidden, GELU, Linear hidden->out) and its tensor-parallel
+// twin (column then row parallel) from the same weights on the same input.
+void check_mlp(int tp, bool sequence_parallel) {
+  run_ranks(tp, [&](int rank, int size, std::shared_ptr<comm::Store> store) {
+    auto group = make_group(rank, size, store, "gloo");
+    const int64_t B = 2, T = 8, in = 12, hidden = 16, out = 12;
+    // Same dense weights and input on every rank: the ranks are threads sharing
+    // torch's default generator, so they draw one at a time from the same seed.
+    std::unique_lock<std::mutex> lock(seed_mutex());
+    torch::manual_seed(7);
+    torch::nn::Linear fc1(in, hidden), fc2(hidden, out);
+    auto x = torch::randn({B, T, in});
+    auto target = torch::randn({B, T, out});
+
+    auto xd = x.clone().requires_grad_(true);
+    auto yd = fc2(torch::gelu(fc1(xd)));
+    (yd * target).sum().backward();
+
+    TensorParallelOptions o{group, sequence_parallel};
+    ColumnParallelLinear col(in, hidden, o);
+    RowParallelLinear row(hidden, out, o);  // their own init draws from the generator too
+    lock.unlock();
+    col->from_dense(fc1->weight, fc1->bias);
+    row->from_dense(fc2->weight, fc2->bias);
+    // Under sequence parallel each rank holds its part of the sequence.
+    auto x_in = sequence_parallel ? slice_of(x, 1, rank, size) : x;
+    auto xt = x_in.clone().requires_grad_(true);
+    auto yt = row(torch::gelu(col(xt)));
+    auto t_in = sequence_parallel ? slice_of(target, 1, rank, size) : target;
+    (yt * t_in).sum().backward();
+
+    auto want_y = sequence_parallel ? slice_of(yd, 1, rank, size) : yd;
+    auto want_dx = sequence_parallel ? slice_of(xd.grad(), 1, rank, size) : xd.grad();
+    EXPECT_LE(max_diff(yt, want_y.detach()), 1e-5) << "output, tp " << tp;
+    // Without sequence parallel every rank's loss counts the whole output, so the
+    // dense gradients match each rank's; with it, the ranks' losses sum to the
+    // dense loss, and each rank's input gradient is its slice of the dense one.
+    EXPECT_LE(max_diff(xt.grad(), want_dx), 1e-5) << "input grad, tp " << tp;
+    EXPECT_LE(max_diff(col->weight.grad(), slice_of(fc1->weight.grad(), 0, rank, size)), 1e-5);
+    EXPECT_LE(max_diff(col->bias.grad(), slice_of(fc1->bias.grad(), 0, rank, size)), 1e-5);
+    EXPECT_LE(max_diff(row->weight.grad(), slice_of(fc2->weight.grad(), 1, rank, size)), 1e-5);
+    EXPECT_LE(max_diff(row->bias.grad(), fc2->bias.grad()), 1e-5) << "row bias grad, tp " << tp;
+  });
+}
+
+TEST(TensorParallel, ColumnThenRowEqualsTheDenseMlp) {
+  for (int tp : {2, 4}) check_mlp(tp, false);
+}
+
+TEST(TensorParallel, SequenceParallelColumnThenRowEqualsTheDenseMlp) {
+  for (int tp : {2, 4}) check_mlp(tp, true);
+}
+
+// Embedding lookup, tied output projection and vocab-parallel cross entropy
+// against the dense embedding and torch's cross entropy.
+void check_vocab(int tp, bool sequence_parallel) {
+  run_ranks(tp, [&](int rank, int size, std::shared_ptr<comm::Store> store) {
+    auto group = make_group(rank, size, store, "gloo");
+    const int64_t B = 2, T = 8, V = 32, C = 8;
+    std::unique_lock<std::mutex> lock(seed_mutex());
+    torch::manual_seed(11);
+    torch::nn::Embedding emb(V, C);
+    auto ids = torch::randint(V, {B, T});
+    auto targets = torch::randint(V, {B, T});
+
+    auto hd = emb(ids);
+    auto logits = torch::matmul(hd, emb->weight.t());
+    auto loss_d = torch::nn::functional::cross_entropy(logits.view({-1, V}), targets.view(-1));
+    loss_d.backward();
+
+    TensorParallelOptions o{group, sequence_parallel};
+    VocabParallelEmbedding vemb(V, C, o);
+    lock.unlock();
+    vemb->from_dense(emb->weight);
+    auto h = vemb(ids);  // [B, T(/tp), C]
+    // The head needs the whole sequence on every rank: gather it back first.
+    auto h_full = sequence_parallel ? gather_from_sequence(h, *group) : copy_to_tp(h, *group);
+    auto local_logits = torch::matmul(h_full, vemb->weight.t());  // [B, T, V/tp]
+    auto loss = vocab_parallel_cross_entropy(local_logits.reshape({-1, V / size}),
+                                             targets.view(-1), *group);
+    loss.backward();
+    EXPECT_LE(std::abs(loss.item<double>() - loss_d.item<double>()), 1e-5) << "tp " << tp;
+    auto want_h = sequence_parallel ? slice_of(hd, 1, rank, size) : hd;
+    EXPECT_LE(max_diff(h, want_h.detach()), 1e-6);
+    EXPECT_LE(max_diff(vemb->weight.grad(), slice_of(emb->weight.grad(), 0, rank, size)), 1e-5)
+        << "tied embedding grad, tp " << tp;
+  });
+}
+
+TEST(TensorParallel, VocabParallelEmbeddingAndCrossEntropyEqualTheDenseOnes) {
+  for (int tp : {2, 4}) {
+    check_vocab(tp, false);
+    check_vocab(tp, true);
+  }
+}
+
+TEST(TensorParallel, ShapesThatDoNotSplitAreConfigErrors) {
+  run_ranks(2, [&](int rank, int size, std::shared_ptr<comm::Store> store) {
+    auto group = make_group(rank, size, store, "gloo");
+    TensorParallelOptions o{group, false};
+    EXPECT_THROW(ColumnParallelLinear(4, 7, o), ConfigError);
+    EXPECT_THROW(RowParallelLinear(7, 4, o), ConfigError);
+    EXPECT_THROW(VocabParallelEmbedding(31, 4, o), ConfigError);
+  });
+}
+
+// The whole GPT: loss and every parameter's gradient slice equal the dense
+// GPT's, then three AdamW steps keep the slices equal to the dense parameters.
+void check_gpt(int tp, bool sequence_parallel) {
+  run_ranks(tp, [&](int rank, int size, std::shared_ptr<comm::Store> store) {
+    auto group = make_group(rank, size, store, "gloo");
+    models::GPTConfig c;
+    c.vocab_size = 64;
+    c.block_size = 16;
+    c.n_layer = 2;
+    c.n_head = 4;
+    c.n_embd = 32;
+    c.bias = false;
+    c.seed = 5;
+    models::GPT dense(c);
+    TensorParallelGPT model(c, TensorParallelOptions{group, sequence_parallel});
+    torch::optim::AdamW opt_d(dense->parameters(), torch::optim::AdamWOptions(1e-2));
+    torch::optim::AdamW opt_t(model->parameters(), torch::optim::AdamWOptions(1e-2));
+    auto dense_params = dense->named_parameters(true);
+    auto gen = at::detail::createCPUGenerator(3);
+    for (int step = 0; step < 3; ++step) {
+      auto idx = torch::randint(c.vocab_size, {2, c.block_size}, gen);
+      auto targets = torch::randint(c.vocab_size, {2, c.block_size}, gen);
+      opt_d.zero_grad();
+      opt_t.zero_grad();
+      auto ld = dense->loss(idx, targets);
+      auto lt = model->loss(idx, targets);
+      ld.backward();
+      lt.backward();
+      EXPECT_LE(std::abs(ld.item<double>() - lt.item<double>()), 1e-5) << "step " << step;
+      double worst_grad = 0;
+      for (auto& p : model->named_parameters(true)) {
+        const DenseSlice s = dense_slice_of(p.key());
+        auto g = dense_params[p.key()].grad();
+        if (s.kind == DenseSlice::Kind::kRows) {
+          std::vector<torch::Tensor> parts;
+          for (auto& b : g.chunk(s.blocks, 0)) parts.push_back(slice_of(b, 0, rank, size));
+          g = torch::cat(parts, 0);
+        } else if (s.kind == DenseSlice::Kind::kColumns) {
+          g = slice_of(g, 1, rank, size);
+        }
+        worst_grad = std::max(worst_grad, max_diff(p.value().grad(), g));
+      }
+      EXPECT_LE(worst_grad, 1e-5) << "tp " << tp << " sp " << sequence_parallel << " step " << step;
+      opt_d.step();
+      opt_t.step();
+    }
+    // Same weights after the steps: compare the whole embedding slice.
+    EXPECT_LE(max_diff(model->named_parameters()["wpe.weight"], dense->wpe->weight), 1e-5);
+  });
+}
+
+TEST(TensorParallel, GptEqualsTheDenseGpt) {
+  for (int tp : {2, 4}) {
+    check_gpt(tp, false);
+    check_gpt(tp, true);
+  }
+}
+
+TEST(TensorParallel, GptLayoutsThatDoNotSplitAreConfigErrors) {
+  run_ranks(2, [&](int rank, int size, std::shared_ptr<comm::Store> store) {
+    auto group = make_group(rank, size, store, "gloo");
+    models::GPTConfig c;
+    c.n_head = 3;
+    c.n_embd = 48;
+    try {
+      TensorParallelGPT m(c, TensorParallelOptions{group, false});
+      ADD_FAILURE() << "expected ConfigError";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("model.n_head 3 does not divide by tensor_model_parallel_size 2"),
+                std::string::npos) << e.what();
+    }
+    c.n_head = 2;
+    c.vocab_size = 255;
+    EXPECT_THROW(TensorParallelGPT(c, TensorParallelOptions{group, false}), ConfigError);
+  });
+}
+
+TEST(ProcessMesh, BuildsTheGroupsOfEachAxis) {
+  run_ranks(4, [&](int rank, int size, std::shared_ptr<comm::Store> store) {
+    auto world = make_group(rank, size, store, "gloo");
+    auto mesh = ProcessMesh::build(world, 2, 2);
+    EXPECT_EQ(mesh.tp()->size(), 2);
+    EXPECT_EQ(mesh.dp()->size(), 1);
+    EXPECT_EQ(mesh.pp()->size(), 2);
+    EXPECT_EQ(mesh.tp()->global_ranks(), mesh.topology().tp_group_of(rank));
+    EXPECT_EQ(mesh.pp()->global_ranks(), mesh.topology().pp_group_of(rank));
+    ASSERT_TRUE(mesh.embedding());
+    // A sum over the tp group adds exactly the two neighbours.
+    auto t = torch::full({1}, static_cast<float>(rank));
+    mesh.tp()->all_reduce(t)->wait();
+    EXPECT_EQ(t.item<float>(), static_cast<float>((rank / 2) * 4 + 1));
+  });
+}
+
+}  // namespace
+}  // namespace tessera::parallel

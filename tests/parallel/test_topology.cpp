@@ -1,0 +1,66 @@
+// The process mesh as a value: Megatron's rank order (tp innermost, then dp,
+// then pp), every axis's groups partition the world, and layouts that do not
+// divide the world are ConfigErrors naming the numbers.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <set>
+
+#include "tessera/core/error.h"
+#include "tessera/parallel/topology.h"
+
+namespace tessera::parallel {
+namespace {
+
+TEST(Topology, RankOrderIsTensorThenDataThenPipeline) {
+  Topology t(8, 2, 2);
+  EXPECT_EQ(t.dp(), 2);
+  EXPECT_EQ(t.coord(5), (MeshCoord{1, 0, 1}));
+  EXPECT_EQ(t.tp_group_of(5), (std::vector<int>{4, 5}));
+  EXPECT_EQ(t.dp_group_of(5), (std::vector<int>{5, 7}));
+  EXPECT_EQ(t.pp_group_of(5), (std::vector<int>{1, 5}));
+  EXPECT_EQ(t.describe(), "tp2 x dp2 x pp2 (8 ranks)");
+  for (int r = 0; r < 8; ++r) EXPECT_EQ(t.rank_of(t.coord(r)), r);
+}
+
+TEST(Topology, EveryAxisPartitionsTheWorld) {
+  for (int world : {1, 2, 4, 6, 8, 12, 16}) {
+    for (int tp = 1; tp <= world; ++tp) {
+      for (int pp = 1; pp * tp <= world; ++pp) {
+        if (world % (tp * pp) != 0) continue;
+        Topology t(world, tp, pp);
+        for (const auto& groups : {t.tp_groups(), t.dp_groups(), t.pp_groups()}) {
+          std::multiset<int> all;
+          for (const auto& g : groups) {
+            EXPECT_TRUE(std::is_sorted(g.begin(), g.end()));
+            all.insert(g.begin(), g.end());
+          }
+          EXPECT_EQ(all.size(), static_cast<size_t>(world)) << t.describe();
+          EXPECT_EQ(std::set<int>(all.begin(), all.end()).size(), static_cast<size_t>(world));
+        }
+        EXPECT_EQ(t.tp_groups().size(), static_cast<size_t>(world / tp));
+        EXPECT_EQ(t.pp_groups().size(), static_cast<size_t>(world / pp));
+        for (const auto& g : t.embedding_groups()) EXPECT_EQ(g.size(), pp == 1 ? 1u : 2u);
+        // tp neighbours are consecutive ranks.
+        for (const auto& g : t.tp_groups()) EXPECT_EQ(g.back() - g.front(), tp - 1);
+      }
+    }
+  }
+}
+
+TEST(Topology, LayoutsThatDoNotDivideTheWorldAreErrors) {
+  try {
+    Topology t(6, 4, 1);
+    FAIL() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("tensor_model_parallel_size 4 x pipeline_model_parallel_size 1 = 4 does not divide the world size 6"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(Topology(4, 0, 1), ConfigError);
+  EXPECT_THROW(Topology(4, 1, 3), ConfigError);
+  EXPECT_THROW(Topology(4, 2, 2).coord(4), ConfigError);
+}
+
+}  // namespace
+}  // namespace tessera::parallel
