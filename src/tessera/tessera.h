@@ -45,6 +45,16 @@
 #include "tessera/models/gpt.h"
 #include "tessera/models/mlp.h"
 
+// parallel: the process mesh, tensor-parallel layers, pipeline schedules.
+#include "tessera/parallel/pipeline/gpt_pipeline_stage.h"
+#include "tessera/parallel/pipeline/pipeline_executor.h"
+#include "tessera/parallel/pipeline/pipeline_schedule.h"
+#include "tessera/parallel/process_mesh.h"
+#include "tessera/parallel/tensor/parallel_layers.h"
+#include "tessera/parallel/tensor/tp_gpt.h"
+#include "tessera/parallel/tensor/tp_ops.h"
+#include "tessera/parallel/topology.h"
+
 // runtime: DistributedDataParallel, the Engine, config, optimizers, schedules.
 #include "tessera/runtime/config.h"
 #include "tessera/runtime/ddp/distributed_data_parallel.h"

@@ -257,7 +257,14 @@ void ZeroDataParallel::unit_ready(size_t unit) {
 }
 
 void ZeroDataParallel::launch_ready_in_order() {
+  // At most kMaxReductionsInFlight units' flattened gradients exist at once: the
+  // oldest reduction is finished (and its buffer dropped) before a new one
+  // starts, so the gradient buffers never add up to a full-size copy.
+  constexpr size_t kMaxReductionsInFlight = 2;
   while (next_launch_ < launch_order_.size() && ready_[launch_order_[next_launch_]]) {
+    if (next_launch_ >= kMaxReductionsInFlight) {
+      units_[launch_order_[next_launch_ - kMaxReductionsInFlight]]->finish_reduce();
+    }
     units_[launch_order_[next_launch_]]->launch_reduce(*group_, config_.reduce_scatter);
     ++next_launch_;
   }
