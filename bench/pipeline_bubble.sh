@@ -6,11 +6,11 @@
 # and peak RSS per rank (1F1B's activations against GPipe's, measured). Not a
 # test: prints one table. With more ranks than cores, stages share cores and the
 # measured bubble of p = 4 also counts time a stage waited for a core.
-#   bash bench/pipeline_bubble.sh [BUILD_DIR]   (env: LAYERS 8, EMBD 256, M 8, STEPS 3)
+#   bash bench/pipeline_bubble.sh [BUILD_DIR]   (env: LAYERS 8, EMBD 512, M 8, STEPS 3)
 set -euo pipefail
 BUILD_DIR=${1:-build}
 LAYERS=${LAYERS:-8}
-EMBD=${EMBD:-256}
+EMBD=${EMBD:-512}
 M=${M:-8}
 STEPS=${STEPS:-3}
 TESSERA="$BUILD_DIR/src/tessera/tessera"
