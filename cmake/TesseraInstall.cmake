@@ -25,7 +25,7 @@ set(TESSERA_INTERNAL_HEADERS
   "^comm/progress_monitor\\.h$" "^comm/serial_executor\\.h$"
   "^comm/base/socket_util\\.h$" "^comm/base/tcp_store_protocol\\.h$"
   "^core/atomic_file\\.h$" "^core/file_io\\.h$" "^core/host_memory\\.h$"
-  "^checkpoint/crc32c\\.h$"
+  "^checkpoint/crc32c\\.h$" "^runtime/checkpoint_steps\\.h$"
   "^models/ops/"
   "^pch_")
 file(GLOB_RECURSE tessera_headers RELATIVE ${TESSERA_SRC_DIR}/tessera

@@ -60,4 +60,5 @@
 #include "tessera/runtime/ddp/distributed_data_parallel.h"
 #include "tessera/runtime/engine.h"
 #include "tessera/runtime/lr_schedules.h"
+#include "tessera/runtime/model_parallel/model_parallel_engine.h"
 #include "tessera/runtime/optimizer_factory.h"

@@ -132,6 +132,21 @@ TEST(GPT, GenerateIsSeededAndCropsContext) {
   EXPECT_TRUE(model->is_training()) << "generate must restore training mode";
 }
 
+TEST(GPT, InitialParametersOneAtATimeEqualTheModels) {
+  GPTConfig c = tiny();
+  c.n_layer = 3;
+  GPT model(c);
+  const auto want = model->named_parameters(true);
+  size_t i = 0;
+  for_each_initial_parameter(c, [&](const std::string& name, const torch::Tensor& t) {
+    ASSERT_LT(i, want.size());
+    EXPECT_EQ(name, want[i].key());
+    EXPECT_TRUE(torch::equal(t, want[i].value())) << name;
+    ++i;
+  });
+  EXPECT_EQ(i, want.size());
+}
+
 TEST(GPT, RejectsBadInputAndConfig) {
   GPT model(tiny());
   EXPECT_THROW(model->forward(random_tokens(1, 17, 7)), Error);

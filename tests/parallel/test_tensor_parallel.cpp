@@ -173,15 +173,7 @@ void check_gpt(int tp, bool sequence_parallel) {
       EXPECT_LE(std::abs(ld.item<double>() - lt.item<double>()), 1e-5) << "step " << step;
       double worst_grad = 0;
       for (auto& p : model->named_parameters(true)) {
-        const DenseSlice s = dense_slice_of(p.key());
-        auto g = dense_params[p.key()].grad();
-        if (s.kind == DenseSlice::Kind::kRows) {
-          std::vector<torch::Tensor> parts;
-          for (auto& b : g.chunk(s.blocks, 0)) parts.push_back(slice_of(b, 0, rank, size));
-          g = torch::cat(parts, 0);
-        } else if (s.kind == DenseSlice::Kind::kColumns) {
-          g = slice_of(g, 1, rank, size);
-        }
+        const auto g = dense_slice(dense_params[p.key()].grad(), dense_slice_of(p.key()), rank, size);
         worst_grad = std::max(worst_grad, max_diff(p.value().grad(), g));
       }
       EXPECT_LE(worst_grad, 1e-5) << "tp " << tp << " sp " << sequence_parallel << " step " << step;

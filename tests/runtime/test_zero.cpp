@@ -10,26 +10,11 @@
 #include "tessera/models/gpt.h"
 #include "tessera/runtime/engine.h"
 #include "testing/thread_ranks.h"
+#include "zero_test_gpt.h"
 
 namespace tessera::runtime {
 namespace {
 
-models::GPTConfig small_gpt() {
-  models::GPTConfig c;
-  c.vocab_size = 64;
-  c.block_size = 16;
-  c.n_layer = 3;
-  c.n_head = 2;
-  c.n_embd = 32;
-  c.dropout = 0.0;
-  // No biases, as in nanoGPT's default. The attention key bias has an exactly zero
-  // gradient (softmax ignores a constant added to a row's scores), so Adam turns
-  // its float rounding noise into lr-sized steps that differ with the summation
-  // order of any two correct reductions.
-  c.bias = false;
-  c.seed = 7;
-  return c;
-}
 
 Config zero_config(int stage, int world) {
   return Config::from_string(R"({
@@ -59,7 +44,7 @@ Params train(int stage, int world, int steps, std::vector<double>* losses = null
   tessera::testing::run_ranks(world, [&](int rank, int size, auto store) {
     at::set_num_threads(1);
     auto group = tessera::testing::make_group(rank, size, store, "gloo", 60);
-    models::GPT model(small_gpt());
+    models::GPT model(testing::zero_test_gpt());
     Engine engine = tessera::initialize(model, zero_config(stage, size), group);
     EXPECT_EQ(engine.zero_stage(), stage);
     for (int s = 0; s < steps; ++s) {
@@ -116,7 +101,7 @@ namespace tessera::runtime {
 namespace {
 
 models::GPTConfig wider_gpt() {
-  models::GPTConfig c = small_gpt();
+  models::GPTConfig c = testing::zero_test_gpt();
   c.n_embd = 64;
   c.n_layer = 4;
   return c;

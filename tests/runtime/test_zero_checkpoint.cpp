@@ -16,6 +16,7 @@
 #include "tessera/runtime/engine.h"
 #include "testing/files.h"
 #include "testing/thread_ranks.h"
+#include "zero_test_gpt.h"
 
 namespace tessera::runtime {
 namespace {
@@ -23,18 +24,6 @@ namespace {
 namespace fs = std::filesystem;
 constexpr int kGlobalMicro = 12;  // samples per micro-step, all ranks together
 
-models::GPTConfig small_gpt() {
-  models::GPTConfig c;
-  c.vocab_size = 64;
-  c.block_size = 16;
-  c.n_layer = 3;
-  c.n_head = 2;
-  c.n_embd = 32;
-  c.dropout = 0.0;
-  c.bias = false;  // see test_zero.cpp: the key bias's gradient is pure rounding noise
-  c.seed = 7;
-  return c;
-}
 
 Config zero_config(int stage) {
   return Config::from_string(R"({
@@ -74,7 +63,7 @@ Params train(const Run& run) {
   tessera::testing::run_ranks(run.world, [&](int rank, int size, auto store) {
     at::set_num_threads(1);
     auto group = tessera::testing::make_group(rank, size, store, "gloo", 60);
-    models::GPT model(small_gpt());
+    models::GPT model(testing::zero_test_gpt());
     Engine engine = tessera::initialize(model, zero_config(run.stage), group);
     if (!run.load_from.empty()) engine.load_checkpoint(run.load_from);
     const int64_t first = engine.global_steps();
@@ -145,7 +134,7 @@ void expect_refused(const std::string& step_dir, const std::vector<std::string>&
   tessera::testing::run_ranks(2, [&](int rank, int size, auto store) {
     at::set_num_threads(1);
     auto group = tessera::testing::make_group(rank, size, store, "gloo", 60);
-    models::GPT model(small_gpt());
+    models::GPT model(testing::zero_test_gpt());
     Engine engine = tessera::initialize(model, zero_config(2), group);
     Params before;
     for (auto& p : model->named_parameters()) before[p.key()] = p.value().detach().clone();

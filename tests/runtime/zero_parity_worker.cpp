@@ -11,6 +11,7 @@
 #include "tessera/comm/init.h"
 #include "tessera/models/gpt.h"
 #include "tessera/runtime/engine.h"
+#include "zero_test_gpt.h"
 
 int main(int argc, char** argv) {
   if (argc != 3) {
@@ -22,14 +23,7 @@ int main(int argc, char** argv) {
   tessera::init();
   auto group = tessera::default_group();
   const int rank = group->rank(), world = group->size();
-  tessera::models::GPTConfig gc;
-  gc.vocab_size = 64;
-  gc.block_size = 16;
-  gc.n_layer = 3;
-  gc.n_head = 2;
-  gc.n_embd = 32;
-  gc.bias = false;  // see test_zero.cpp: the key bias's gradient is pure rounding noise
-  gc.seed = 7;
+  const tessera::models::GPTConfig gc = tessera::testing::zero_test_gpt();
   tessera::models::GPT model(gc);
   auto config = tessera::Config::from_string(R"({
     "train_batch_size": )" + std::to_string(4 * world) + R"(, "gradient_accumulation_steps": 2,

@@ -146,6 +146,16 @@ std::vector<int64_t> list_steps(const std::string& dir) {
   return steps;
 }
 
+std::string resolve_step_dir(const std::string& dir, const std::string& hint) {
+  if (fs::exists(fs::path(dir) / kManifestName)) return dir;
+  TS_CHECK_T(CheckpointError, fs::is_directory(dir), "checkpoint directory '", dir,
+             "' does not exist");
+  auto latest = latest_checkpoint(dir);
+  TS_CHECK_T(CheckpointError, latest.has_value(), "no complete checkpoint in '", dir,
+             "' (no step directory with a valid manifest)", hint);
+  return *latest;
+}
+
 std::optional<std::string> latest_checkpoint(const std::string& dir) {
   auto verifies = [](const std::string& sdir) {
     try {

@@ -66,6 +66,11 @@ class CheckpointReader {
 // nullopt (no checkpoint yet). Never throws for a damaged checkpoint.
 std::optional<std::string> latest_checkpoint(const std::string& dir);
 
+// `dir` itself when it is a step directory (holds a manifest), else
+// latest_checkpoint(dir). CheckpointError naming `dir` when it does not exist or
+// holds no complete step, followed by `hint` when there is none (what to do).
+std::string resolve_step_dir(const std::string& dir, const std::string& hint = "");
+
 // Committed step numbers under dir (those with a manifest), ascending; unverified.
 std::vector<int64_t> list_steps(const std::string& dir);
 

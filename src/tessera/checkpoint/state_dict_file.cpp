@@ -1,24 +1,16 @@
 #include "tessera/checkpoint/state_dict_file.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <ATen/ATen.h>
 #include <torch/csrc/jit/serialization/pickle.h>
 
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <unordered_set>
 
+#include "tessera/core/atomic_file.h"
 #include "tessera/core/check.h"
 
 namespace tessera::checkpoint {
-
-namespace fs = std::filesystem;
 
 void save_state_dict_file(const std::string& path, const NamedTensors& tensors) {
   c10::Dict<std::string, at::Tensor> dict;
@@ -26,37 +18,14 @@ void save_state_dict_file(const std::string& path, const NamedTensors& tensors) 
   for (const auto& [name, t] : tensors) {
     TS_CHECK_T(CheckpointError, seen.insert(name).second, "state dict for '", path,
                "' names tensor '", name, "' twice");
+    // A copy of its own: pickle writes a tensor's whole storage, and a parameter
+    // may be a view into a larger flat buffer (DDP buckets, ZeRO units).
     dict.insert(name, t.detach().to(at::kCPU).contiguous().clone());
   }
   const std::vector<char> bytes = torch::jit::pickle_save(c10::IValue(dict));
-  const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  TS_CHECK_T(CheckpointError, fd >= 0, "cannot create '", tmp, "': ", std::strerror(errno));
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int err = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      TS_THROW(CheckpointError, "cannot write '", tmp, "': ", std::strerror(err),
-               "; check free disk space");
-    }
-    done += static_cast<size_t>(n);
-  }
-  const bool synced = ::fsync(fd) == 0;
-  ::close(fd);
-  if (!synced) {
-    ::unlink(tmp.c_str());
-    TS_THROW(CheckpointError, "cannot flush '", tmp, "' to disk: ", std::strerror(errno));
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) {
-    ::unlink(tmp.c_str());
-    TS_THROW(CheckpointError, "cannot rename '", tmp, "' to '", path, "': ", ec.message());
-  }
+  core::replace_file_atomically<CheckpointError>(
+      path, "state dict file", /*do_fsync=*/true,
+      [&](const auto& write) { write(bytes.data(), bytes.size()); });
 }
 
 NamedTensors load_state_dict_file(const std::string& path) {

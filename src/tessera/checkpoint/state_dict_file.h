@@ -15,8 +15,9 @@
 namespace tessera::checkpoint {
 
 // Writes `tensors` (contiguous CPU copies; names must be unique) to a temporary
-// file beside `path`, fsyncs it and renames it over `path`, so `path` is either
-// the old file or the whole new one. CheckpointError naming the path on an I/O
+// file beside `path`, fsyncs it and renames it over `path`
+// (core::replace_file_atomically), so `path` is either the old file or the whole
+// new one. CheckpointError naming the path on an I/O
 // failure or a duplicate name.
 void save_state_dict_file(const std::string& path, const NamedTensors& tensors);
 

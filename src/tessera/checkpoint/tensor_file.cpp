@@ -92,9 +92,11 @@ WrittenFile write_tensor_file(const std::string& path,
   WrittenFile out;
   std::vector<at::Tensor> cpu;
   std::set<std::string> names;
-  auto add = [&](const std::string& name, const at::Tensor& t) {
-    TS_CHECK(names.insert(name).second, "checkpoint tensor name '", name,
-             "' is used twice in one file; names must be unique");
+  // A file may hold several pieces of one tensor (a tensor-parallel slice of
+  // [q; k; v] is three ranges), each at its own offset.
+  auto add = [&](const std::string& name, const at::Tensor& t, const std::string& key) {
+    TS_CHECK(names.insert(key).second, "checkpoint tensor name '", name,
+             "' is used twice in one file (at the same offset); names must be unique");
     TS_CHECK_T(CheckpointError, t.defined(), "checkpoint tensor '", name, "' is undefined");
     TS_CHECK_T(CheckpointError, dtype_from_name(c10::toString(t.scalar_type())).has_value(),
                "checkpoint tensor '", name, "' has dtype ", t.scalar_type(),
@@ -116,7 +118,7 @@ WrittenFile write_tensor_file(const std::string& path,
     e.crc32c = crc32c_hex(crc32c(cpu.back().data_ptr(), e.nbytes));
     out.tensors.push_back(e);
   };
-  for (const auto& [name, t] : tensors) add(name, t);
+  for (const auto& [name, t] : tensors) add(name, t, name);
   for (const auto& p : pieces) {
     TS_CHECK_T(CheckpointError, p.data.defined(), "checkpoint tensor '", p.name, "' is undefined");
     int64_t full = 1;
@@ -124,7 +126,7 @@ WrittenFile write_tensor_file(const std::string& path,
     TS_CHECK(p.flat_offset >= 0 && p.flat_offset + p.data.numel() <= full, "piece of '", p.name,
              "' at ", p.flat_offset, " with ", p.data.numel(), " elements lies outside its ",
              "full shape of ", full, " elements");
-    add(p.name, p.data.reshape({-1}));
+    add(p.name, p.data.reshape({-1}), p.name + "@" + std::to_string(p.flat_offset));
     auto& e = out.tensors.back();
     e.is_piece = true;
     e.full_shape = p.full_shape;

@@ -40,7 +40,8 @@ struct WrittenFile {
 
 // Writes tensors to `path` via a temp file, fsync (if do_fsync) and rename, and
 // returns size, CRC-32C and index. CheckpointError naming the path on I/O failure
-// or an unsupported dtype; Error if two tensors share a name.
+// or an unsupported dtype; Error if two tensors share a name (pieces: a name
+// and a flat_offset; one file may hold several pieces of a tensor).
 WrittenFile write_tensor_file(const std::string& path,
                               const std::vector<std::pair<std::string, at::Tensor>>& tensors,
                               bool do_fsync);

@@ -63,6 +63,8 @@ class DistributedSampler {
   int64_t num_samples() const { return num_samples_; }
   int64_t total_size() const { return num_samples_ * num_replicas_; }
   int64_t dataset_size() const { return dataset_size_; }
+  // The ranks the indices are dealt to (what a saved state's position counts in).
+  int num_replicas() const { return num_replicas_; }
 
   // This rank's indices for the current epoch, in order (independent of position).
   const std::vector<int64_t>& indices() const { return indices_; }

@@ -110,29 +110,61 @@ GPTImpl::GPTImpl(const GPTConfig& config) : config_(config) {
   init_weights();
 }
 
+namespace {
+
+// GPT-2's rule for one parameter, drawing from `gen` (see the header).
+void init_parameter(const std::string& name, torch::Tensor& t, at::Generator& gen,
+                    const GPTConfig& config) {
+  const double std = 0.02;
+  const double resid_std = 0.02 / std::sqrt(2.0 * static_cast<double>(config.n_layer));
+  const bool is_bias = name.size() >= 4 && name.compare(name.size() - 4, 4, "bias") == 0;
+  if (name.find("ln_") != std::string::npos) {
+    if (is_bias)
+      t.zero_();
+    else
+      t.fill_(1.0);
+  } else if (is_bias) {
+    t.zero_();
+  } else if (name.find("c_proj.weight") != std::string::npos) {
+    t.normal_(0.0, resid_std, gen);
+  } else {
+    t.normal_(0.0, std, gen);
+  }
+}
+
+}  // namespace
+
 void GPTImpl::init_weights() {
   torch::NoGradGuard no_grad;
   auto gen = at::detail::createCPUGenerator(config_.seed);
-  const double std = 0.02;
-  const double resid_std = 0.02 / std::sqrt(2.0 * static_cast<double>(config_.n_layer));
   // Parameters are visited in registration order, so the draws are reproducible.
-  for (auto& p : named_parameters(/*recurse=*/true)) {
-    const std::string& name = p.key();
-    auto& t = p.value();
-    const bool is_bias = name.size() >= 4 && name.compare(name.size() - 4, 4, "bias") == 0;
-    if (name.find("ln_") != std::string::npos) {
-      if (is_bias)
-        t.zero_();
-      else
-        t.fill_(1.0);
-    } else if (is_bias) {
-      t.zero_();
-    } else if (name.find("c_proj.weight") != std::string::npos) {
-      t.normal_(0.0, resid_std, gen);
-    } else {
-      t.normal_(0.0, std, gen);
+  for (auto& p : named_parameters(/*recurse=*/true)) init_parameter(p.key(), p.value(), gen, config_);
+}
+
+void for_each_initial_parameter(const GPTConfig& config, const ParameterVisitor& visit) {
+  config.validate();
+  torch::NoGradGuard no_grad;
+  auto gen = at::detail::createCPUGenerator(config.seed);
+  // The same modules in the same order as GPTImpl's constructor, one at a time.
+  auto emit = [&](const std::string& prefix, torch::nn::Module& m) {
+    for (auto& p : m.named_parameters(/*recurse=*/true)) {
+      const std::string name = prefix + p.key();
+      init_parameter(name, p.value(), gen, config);
+      visit(name, p.value());
     }
+  };
+  torch::nn::Embedding wte(config.vocab_size, config.n_embd);
+  emit("wte.", *wte);
+  wte = nullptr;
+  torch::nn::Embedding wpe(config.block_size, config.n_embd);
+  emit("wpe.", *wpe);
+  wpe = nullptr;
+  for (int64_t i = 0; i < config.n_layer; ++i) {
+    Block block(config);
+    emit("h." + std::to_string(i) + ".", *block);
   }
+  auto ln_f = make_ln(config);
+  emit("ln_f.", *ln_f);
 }
 
 torch::Tensor GPTImpl::forward(const torch::Tensor& idx) {

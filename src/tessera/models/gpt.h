@@ -19,6 +19,8 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
+#include <string>
 
 namespace tessera::models {
 
@@ -123,5 +125,13 @@ class GPTImpl : public torch::nn::Module {
   GPTConfig config_;
 };
 TORCH_MODULE(GPT);
+
+// The GPT's initial parameters, one at a time, in registration order, with the
+// names and values GPT(config) would hold ("wte.weight", "h.0.ln_1.weight", ...,
+// "ln_f.bias"). Builds one block at a time, so a model-parallel rank can keep
+// the slices it owns without ever holding the whole model. `visit` may keep
+// the tensor it is given.
+using ParameterVisitor = std::function<void(const std::string& name, const torch::Tensor& value)>;
+void for_each_initial_parameter(const GPTConfig& config, const ParameterVisitor& visit);
 
 }  // namespace tessera::models

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "tessera/core/check.h"
+#include "tessera/parallel/topology.h"
 
 namespace tessera::runtime {
 namespace {
@@ -17,7 +18,8 @@ const std::vector<std::string> kTopKeys = {
     "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
     "gradient_clipping", "optimizer", "scheduler", "steps_per_print", "wall_clock_breakdown",
     "seed", "comm_timeout", "data_parallel", "fp16", "bf16", "zero_optimization", "model",
-    "data", "train"};
+    "data", "train", "tensor_model_parallel_size", "pipeline_model_parallel_size",
+    "virtual_pipeline_model_parallel_size", "sequence_parallel", "pipeline_schedule"};
 const std::vector<std::string> kOptimizerKeys = {"type", "params"};
 const std::vector<std::string> kOptimizerParams = {
     "lr", "betas", "eps", "weight_decay", "amsgrad", "momentum", "dampening", "nesterov",
@@ -273,6 +275,40 @@ std::string read_string(const json& obj, const std::string& key, const std::stri
   return v.get<std::string>();
 }
 
+namespace {
+
+void parse_model_parallel(const json& j, ModelParallelConfig& m) {
+  auto size = [&](const char* key) {
+    const int64_t v = read_positive_int(j, key, "", 1);
+    TS_CHECK_T(ConfigError, v <= 1 << 20, "config key '", key, "' is ", v, ", more ranks than any job");
+    return static_cast<int>(v);
+  };
+  m.tensor_model_parallel_size = size("tensor_model_parallel_size");
+  m.pipeline_model_parallel_size = size("pipeline_model_parallel_size");
+  m.virtual_pipeline_model_parallel_size = size("virtual_pipeline_model_parallel_size");
+  m.sequence_parallel = read_bool(j, "sequence_parallel", "", false);
+  const bool interleave = m.virtual_pipeline_model_parallel_size > 1;
+  m.pipeline_schedule = read_string(j, "pipeline_schedule", "", interleave ? "interleaved" : "1f1b");
+  const auto& s = m.pipeline_schedule;
+  TS_CHECK_T(ConfigError, s == "1f1b" || s == "gpipe" || s == "interleaved",
+             "config 'pipeline_schedule' is '", s, "': use 1f1b, gpipe or interleaved");
+  TS_CHECK_T(ConfigError, interleave == (s == "interleaved"), "config 'pipeline_schedule' '", s,
+             "' with virtual_pipeline_model_parallel_size ",
+             m.virtual_pipeline_model_parallel_size,
+             ": the interleaved schedule is the one that runs virtual stages (> 1), and it needs them");
+  TS_CHECK_T(ConfigError, !interleave || m.pipeline_model_parallel_size > 1,
+             "config 'virtual_pipeline_model_parallel_size' ", m.virtual_pipeline_model_parallel_size,
+             " needs pipeline_model_parallel_size > 1");
+  TS_CHECK_T(ConfigError, !m.sequence_parallel || m.tensor_model_parallel_size > 1,
+             "config 'sequence_parallel' needs tensor_model_parallel_size > 1");
+}
+
+}  // namespace
+
+int ModelParallelConfig::data_parallel_size(int world) const {
+  return parallel::Topology(world, tensor_model_parallel_size, pipeline_model_parallel_size).dp();
+}
+
 Config Config::from_json(const json& j, const std::string& source) {
   TS_CHECK_T(ConfigError, j.is_object(), source, ": the config must be a JSON object");
   check_known_keys(j, kTopKeys, "");
@@ -309,6 +345,7 @@ Config Config::from_json(const json& j, const std::string& source) {
   c.comm_timeout = read_number(j, "comm_timeout", "", 0.0);
   TS_CHECK_T(ConfigError, c.comm_timeout >= 0, "config key 'comm_timeout' must be >= 0 seconds "
              "(0: TESSERA_TIMEOUT), got ", c.comm_timeout);
+  parse_model_parallel(j, c.model_parallel);
   for (const char* s : {"model", "data", "train"}) {
     if (!j.contains(s)) continue;
     TS_CHECK_T(ConfigError, j[s].is_object(), "config section '", s, "' must be an object");

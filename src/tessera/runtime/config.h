@@ -78,6 +78,20 @@ struct ZeroConfig {
   bool overlap() const { return overlap_comm_set ? overlap_comm : stage == 3; }
 };
 
+// Megatron's model-parallel keys, top-level in the same JSON (docs/parallelism.md).
+// dp = world / (tp * pp); the batch arithmetic counts dp ranks, not the world.
+struct ModelParallelConfig {
+  int tensor_model_parallel_size = 1;
+  int pipeline_model_parallel_size = 1;
+  int virtual_pipeline_model_parallel_size = 1;  // > 1: interleaved 1F1B
+  bool sequence_parallel = false;                // needs tensor_model_parallel_size > 1
+  std::string pipeline_schedule = "1f1b";        // 1f1b | gpipe | interleaved
+  // True when the job splits the model (tp or pp > 1).
+  bool enabled() const { return tensor_model_parallel_size * pipeline_model_parallel_size > 1; }
+  // world / (tp * pp); ConfigError naming the numbers when it does not divide.
+  int data_parallel_size(int world) const;
+};
+
 struct Config {
   // As written (0: absent); see resolve_batch().
   int64_t train_batch_size = 0;
@@ -88,6 +102,7 @@ struct Config {
   SchedulerConfig scheduler;
   DataParallelConfig data_parallel;
   ZeroConfig zero;
+  ModelParallelConfig model_parallel;
   int64_t steps_per_print = 10;
   bool wall_clock_breakdown = false;
   // Collective and store timeout in seconds (0: TESSERA_TIMEOUT, default 300);

@@ -6,10 +6,8 @@
 
 #include <cmath>
 #include <cstdio>
-#include <sys/resource.h>
 
 #include <unordered_map>
-#include <unordered_set>
 
 #include "tessera/comm/init.h"
 #include "tessera/core/check.h"
@@ -17,6 +15,7 @@
 #include "tessera/runtime/optimizer_factory.h"
 #include "tessera/runtime/optimizer_state.h"
 #include "tessera/runtime/replicas.h"
+#include "tessera/runtime/storage_bytes.h"
 
 namespace tessera::runtime {
 namespace {
@@ -314,20 +313,14 @@ bool Engine::step() {
 
 MemoryStats Engine::memory_stats() const {
   MemoryStats m;
-  std::unordered_set<const c10::StorageImpl*> seen;
-  auto bytes = [&seen](const at::Tensor& t) -> int64_t {
-    if (!t.defined() || !t.has_storage()) return 0;
-    return seen.insert(t.storage().unsafeGetStorageImpl()).second
-               ? static_cast<int64_t>(t.storage().nbytes())
-               : 0;
-  };
+  StorageBytes bytes;
   if (zero_) {
     m.param_bytes = zero_->param_bytes();
     m.grad_bytes = zero_->grad_bytes();
     m.buffer_bytes = zero_->buffer_bytes();
     // Parameters no unit holds (frozen ones) are whole.
     for (const auto& u : zero_->units()) {
-      for (const auto& p : u->params()) seen.insert(p.storage().unsafeGetStorageImpl());
+      for (const auto& p : u->params()) bytes.skip(p);
     }
     for (const auto& p : module_->parameters()) m.param_bytes += bytes(p);
   } else {
@@ -335,8 +328,7 @@ MemoryStats Engine::memory_stats() const {
     for (const auto& flat : ddp_->reducer().bucket_buffers()) m.grad_bytes += bytes(flat);
   }
   m.optimizer_bytes = optimizer_state_bytes(*optimizer_);
-  struct rusage usage {};
-  if (::getrusage(RUSAGE_SELF, &usage) == 0) m.peak_rss_bytes = int64_t{usage.ru_maxrss} * 1024;
+  m.peak_rss_bytes = peak_rss_bytes();
   return m;
 }
 

@@ -57,8 +57,12 @@ struct Node;
 
 namespace tessera::runtime {
 
-// Per-step averages (milliseconds) over the last steps_per_print window, filled
-// when wall_clock_breakdown is on.
+// How the Engine names the tensors of its checkpoints (save_checkpoint):
+// "model.<parameter or buffer>" and "optim.<parameter>.<state field>", the same
+// names whatever the world size or ZeRO stage.
+inline constexpr const char* kCheckpointModelPrefix = "model.";
+inline constexpr const char* kCheckpointOptimPrefix = "optim.";
+
 // What this rank holds now, in bytes, counted from the tensors' storages (each
 // storage once), plus the process's peak resident set size.
 struct MemoryStats {
@@ -70,6 +74,8 @@ struct MemoryStats {
   int64_t model_state_bytes() const { return param_bytes + grad_bytes + optimizer_bytes; }
 };
 
+// Per-step averages (milliseconds) over the last steps_per_print window, filled
+// when wall_clock_breakdown is on.
 struct WallClockBreakdown {
   int64_t steps = 0;             // optimizer steps in the window
   double forward_ms = 0;         // engine.forward() calls (0 if the model is called directly)

@@ -16,10 +16,8 @@
 // buckets, the ZeRO units, the optimizer and any user references keep pointing
 // at them.
 #include <ATen/ATen.h>
-#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/SequenceNumber.h>
 
-#include <filesystem>
 #include <unordered_set>
 
 #include "tessera/checkpoint/checkpoint_reader.h"
@@ -29,46 +27,19 @@
 #include "tessera/checkpoint/sharded_tensors.h"
 #include "tessera/core/check.h"
 #include "tessera/core/logging.h"
+#include "tessera/runtime/checkpoint_steps.h"
 #include "tessera/runtime/engine.h"
 #include "tessera/runtime/optimizer_state.h"
 
 namespace tessera::runtime {
 namespace {
 
-namespace fs = std::filesystem;
 using nlohmann::json;
-constexpr int kFormatVersion = 2;
-constexpr const char* kModelPrefix = "model.";
-constexpr const char* kOptimPrefix = "optim.";
-constexpr const char* kRngName = "rng.cpu";
+constexpr const char* kModelPrefix = kCheckpointModelPrefix;
+constexpr const char* kOptimPrefix = kCheckpointOptimPrefix;
 // The name a unit's shard goes by while its optimizer state is staged.
 constexpr const char* kShardName = "shard";
 
-at::Tensor rng_state() {
-  auto gen = at::detail::getDefaultCPUGenerator();
-  std::lock_guard<std::mutex> lock(gen.mutex());
-  return gen.get_state();
-}
-
-void set_rng_state(const at::Tensor& state) {
-  auto gen = at::detail::getDefaultCPUGenerator();
-  std::lock_guard<std::mutex> lock(gen.mutex());
-  gen.set_state(state);
-}
-
-// The step directory to load: `dir` itself when it holds a manifest, else the
-// newest verified step under it.
-std::string resolve_step_dir(const std::string& dir) {
-  if (fs::exists(fs::path(dir) / "manifest.json")) return dir;
-  TS_CHECK_T(CheckpointError, fs::is_directory(dir), "checkpoint directory '", dir,
-             "' does not exist");
-  auto latest = checkpoint::latest_checkpoint(dir);
-  TS_CHECK_T(CheckpointError, latest.has_value(), "no complete checkpoint in '", dir,
-             "' (no step directory with a valid manifest); start without resuming");
-  return *latest;
-}
-
-// The tensors of `module` (parameters, then buffers) that no ZeRO unit holds.
 checkpoint::NamedTensors outside_units(torch::nn::Module& module, const NamedParams& in_units) {
   std::unordered_set<const c10::TensorImpl*> held;
   for (const auto& p : in_units.params) held.insert(p.unsafeGetTensorImpl());
@@ -115,14 +86,10 @@ struct StagedZeroState {
   StagedOptimizerState optimizer;   // per unit shard
 };
 
-// The flat range `p` of unit parameter `name` from the checkpoint, after checking
-// that the checkpoint's tensor has the parameter's shape.
+// The flat range `p` of unit parameter `param` from the checkpoint's `tensor`.
 at::Tensor read_piece(const checkpoint::CheckpointTensors& all, const std::string& tensor,
                       const at::Tensor& param, const zero::Piece& p) {
-  const auto& info = all.info(tensor);
-  TS_CHECK_T(CheckpointError, info.shape == param.sizes().vec(), "tensor '", tensor,
-             "' has shape ", at::IntArrayRef(info.shape), " in the checkpoint but ",
-             param.sizes(), " in the model; check the model config");
+  check_saved_shape(all, tensor, param.sizes());
   return all.read_flat(tensor, p.param_offset, p.numel);
 }
 
@@ -131,12 +98,10 @@ StagedZeroState stage_zero_state(const zero::ZeroDataParallel& z, torch::nn::Mod
                                  const checkpoint::CheckpointTensors& all, int rank) {
   StagedZeroState staged;
   for (const auto& [name, t] : outside_units(module, in_units)) {
-    at::Tensor saved = all.read(kModelPrefix + name);
-    TS_CHECK_T(CheckpointError, saved.sizes() == t.sizes(), "tensor '", kModelPrefix, name,
-               "' has shape ", saved.sizes(), " in the checkpoint but ", t.sizes(),
-               " in the model; check the model config");
-    staged.whole.emplace_back(name, saved);
+    check_saved_shape(all, kModelPrefix + name, t.sizes());
+    staged.whole.emplace_back(name, all.read(kModelPrefix + name));
   }
+  const std::vector<checkpoint::TensorInfo> saved = all.tensors();
   for (const auto& u : z.units()) {
     const int64_t s = u->partition().shard_numel();
     const auto options = u->shard().options().requires_grad(false);
@@ -151,7 +116,7 @@ StagedZeroState stage_zero_state(const zero::ZeroDataParallel& z, torch::nn::Mod
     // checkpoint (none: no step was taken), assembled over this rank's range.
     const std::string base = kOptimPrefix + u->names()[0] + ".";
     checkpoint::NamedTensors fields;
-    for (const auto& info : all.tensors()) {
+    for (const auto& info : saved) {
       if (info.name.rfind(base, 0) != 0) continue;
       const std::string field = info.name.substr(base.size());
       const std::string key = std::string(kShardName) + "." + field;
@@ -174,18 +139,6 @@ StagedZeroState stage_zero_state(const zero::ZeroDataParallel& z, torch::nn::Mod
   return staged;
 }
 
-// This rank's saved RNG state, read alone (not the rest of its file).
-at::Tensor saved_rng(const checkpoint::CheckpointReader& reader, int rank) {
-  const checkpoint::FileEntry* f = reader.manifest().rank_file(rank);
-  if (f != nullptr) {
-    for (const auto& e : f->tensors) {
-      if (e.name == kRngName && !e.is_piece) return reader.read_tensor(*f, e);
-    }
-  }
-  TS_THROW(CheckpointError, "checkpoint ", reader.path(), " has no tensor '", kRngName,
-           "' for rank ", rank);
-}
-
 }  // namespace
 
 std::string Engine::save_checkpoint(const std::string& dir, const json& client_state,
@@ -203,8 +156,8 @@ std::string Engine::save_checkpoint(const std::string& dir, const json& client_s
     auto opt = optimizer_state(*optimizer_, trainable_, kOptimPrefix);
     state.replicated.insert(state.replicated.end(), opt.begin(), opt.end());
   }
-  state.per_rank.emplace_back(kRngName, rng_state());
-  state.metadata = {{"format", kFormatVersion},
+  state.per_rank.emplace_back(kCheckpointRngName, cpu_rng_state());
+  state.metadata = {{"format", kCheckpointFormatVersion},
                     {"global_steps", global_steps_},
                     {"micro_steps", micro_steps_},
                     {"gradient_accumulation_steps", config_.gradient_accumulation_steps},
@@ -221,18 +174,7 @@ std::string Engine::save_checkpoint(const std::string& dir, const json& client_s
 
 json Engine::load_checkpoint(const std::string& dir) {
   auto coordinator = checkpoint::make_group_coordinator(group_);
-  // Rank 0 picks the step, so every rank loads the same one even if a save by
-  // another job lands in between.
-  std::string chosen;
-  std::string error;
-  try {
-    if (group_->rank() == 0) chosen = resolve_step_dir(dir);
-  } catch (const CheckpointError& e) {
-    error = e.what_without_backtrace();
-  }
-  chosen = coordinator->all_gather(error.empty() ? "ok:" + chosen : "error:" + error)[0];
-  if (chosen.rfind("error:", 0) == 0) throw CheckpointError(chosen.substr(6));
-  chosen = chosen.substr(3);
+  const std::string chosen = agree_on_step(dir, *coordinator);
 
   // Phase 1, on every rank: verify checksums, read, check every name and shape.
   // Nothing is changed yet, so a failure on any rank leaves every engine intact.
@@ -242,6 +184,7 @@ json Engine::load_checkpoint(const std::string& dir) {
   StagedZeroState staged_zero;
   at::Tensor rng;
   int64_t micro_steps = 0;
+  std::string error;
   try {
     // Each tensor is checked against its own checksum when read, so a rank
     // reads only what it loads (rank 0 verified the whole step when it chose it
@@ -249,14 +192,7 @@ json Engine::load_checkpoint(const std::string& dir) {
     auto reader = checkpoint::CheckpointReader::open(chosen,
                                                      checkpoint::CheckpointReader::Verify::kIndex);
     metadata = reader.metadata();
-    TS_CHECK_T(CheckpointError, metadata.value("format", 0) == kFormatVersion, "checkpoint '",
-               chosen, "' has format ", metadata.value("format", 0), ", this build reads ",
-               kFormatVersion);
-    const std::string saved_opt = metadata.value("optimizer", "");
-    const std::string our_opt = optimizer_type_name(*optimizer_);
-    TS_CHECK_T(CheckpointError, saved_opt == our_opt, "checkpoint '", chosen,
-               "' holds state of optimizer ", saved_opt, " but this engine's optimizer is ",
-               our_opt, "; use the optimizer it was trained with");
+    check_checkpoint_metadata(metadata, chosen, optimizer_type_name(*optimizer_));
     // Under another accumulation count (another world size, same global batch)
     // the micro-step counter restarts at this step's boundary; a checkpoint
     // taken mid-accumulation holds no partial gradients to continue from.
@@ -286,19 +222,12 @@ json Engine::load_checkpoint(const std::string& dir) {
       TS_LOG(WARN) << "checkpoint " << chosen << " was saved by " << reader.world_size()
                    << " ranks; rank " << rank << " keeps its own RNG state";
     }
-    error.clear();
   } catch (const Error& e) {
     error = e.what_without_backtrace();
   } catch (const c10::Error& e) {
     error = e.what_without_backtrace();
   }
-  auto reports = coordinator->all_gather(error);
-  std::string failed;
-  for (size_t r = 0; r < reports.size(); ++r) {
-    if (!reports[r].empty()) failed += "\n  rank " + std::to_string(r) + ": " + reports[r];
-  }
-  TS_CHECK_T(CheckpointError, failed.empty(), "cannot load checkpoint '", chosen,
-             "' (nothing was changed):", failed);
+  raise_if_any_failed(*coordinator, error, chosen);
   // Phase 2: copy in place; only the checks above could fail.
   if (zero_) {
     at::NoGradGuard no_grad;
@@ -315,7 +244,7 @@ json Engine::load_checkpoint(const std::string& dir) {
     checkpoint::load_module_state(module(), replicated, kModelPrefix);
     install_optimizer_state(*optimizer_, std::move(staged_optimizer));
   }
-  if (rng.defined()) set_rng_state(rng);
+  if (rng.defined()) set_cpu_rng_state(rng);
   global_steps_ = metadata.value("global_steps", int64_t{0});
   micro_steps_ = micro_steps;
   step_pending_ = false;

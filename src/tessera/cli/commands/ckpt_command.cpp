@@ -9,7 +9,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <filesystem>
 #include <sstream>
 #include <string>
 
@@ -19,26 +18,14 @@
 #include "tessera/cli/commands/command.h"
 #include "tessera/cli/commands/parse_args.h"
 #include "tessera/core/check.h"
+#include "tessera/runtime/engine.h"
 
 namespace tessera::cli {
 
 namespace {
 
-namespace fs = std::filesystem;
-
-// The Engine's name prefixes (runtime/engine_checkpoint.cpp).
-const std::string kModelPrefix = "model.";
-const std::string kOptimPrefix = "optim.";
-
-std::string step_dir_of(const std::string& dir) {
-  if (fs::exists(fs::path(dir) / "manifest.json")) return dir;
-  TS_CHECK_T(CheckpointError, fs::is_directory(dir), "checkpoint directory '", dir,
-             "' does not exist");
-  auto latest = checkpoint::latest_checkpoint(dir);
-  TS_CHECK_T(CheckpointError, latest.has_value(), "no complete checkpoint in '", dir,
-             "' (no step_<N> directory with a valid manifest)");
-  return *latest;
-}
+const std::string kModelPrefix = runtime::kCheckpointModelPrefix;
+const std::string kOptimPrefix = runtime::kCheckpointOptimPrefix;
 
 std::string shape_text(const std::vector<int64_t>& shape) {
   std::ostringstream s;
@@ -67,7 +54,7 @@ int info(const Args& args) {
   app.add_option("dir", dir, "checkpoint root or step_<N> directory")->required();
   app.add_flag("--verify", verify, "also check every file's CRC-32C (reads all bytes)");
   if (!parse_args(app, args, "tessera ckpt info")) return 0;
-  const std::string step_dir = step_dir_of(dir);
+  const std::string step_dir = checkpoint::resolve_step_dir(dir);
   auto reader = checkpoint::CheckpointReader::open(
       step_dir, verify ? checkpoint::CheckpointReader::Verify::kFull
                        : checkpoint::CheckpointReader::Verify::kIndex);
@@ -109,7 +96,7 @@ int consolidate(const Args& args) {
   app.add_flag("--optimizer", optimizer,
                "also write the optimizer state, as optim.<parameter>.<field> entries");
   if (!parse_args(app, args, "tessera ckpt consolidate")) return 0;
-  const std::string step_dir = step_dir_of(dir);
+  const std::string step_dir = checkpoint::resolve_step_dir(dir);
   auto reader = checkpoint::CheckpointReader::open(step_dir,
                                                    checkpoint::CheckpointReader::Verify::kIndex);
   const checkpoint::CheckpointTensors all(reader);

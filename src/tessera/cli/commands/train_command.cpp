@@ -1,5 +1,7 @@
-// tessera train: trains a GPT with the data-parallel Engine, in every worker of a
-// job (`tessera run -n 2 tessera train --config gpt.json`) or alone.
+// tessera train: trains a GPT with the data-parallel Engine, or with tensor and
+// pipeline parallelism too when the config sets tensor_model_parallel_size or
+// pipeline_model_parallel_size (train_backend.h), in every worker of a job
+// (`tessera run -n 2 tessera train --config gpt.json`) or alone.
 //
 // Rank 0 prints a progress line (step, loss, lr, tokens/s, ETA), evaluates on the
 // held-out split every train.eval_interval steps, appends metrics as JSON lines,
@@ -22,13 +24,12 @@
 
 #include "tessera/cli/commands/command.h"
 #include "tessera/cli/commands/parse_args.h"
+#include "tessera/cli/commands/train_backend.h"
 #include "tessera/cli/commands/train_data.h"
 #include "tessera/cli/commands/train_settings.h"
 #include "tessera/checkpoint/checkpoint_reader.h"
 #include "tessera/comm/init.h"
 #include "tessera/core/check.h"
-#include "tessera/data/byte_text_dataset.h"
-#include "tessera/runtime/engine.h"
 
 namespace tessera::cli {
 namespace {
@@ -61,27 +62,6 @@ std::string format_eta(double seconds) {
   return s >= 60 ? c10::str(s / 60, "m", s % 60, "s") : c10::str(s, "s");
 }
 
-// Mean of a scalar over the group (every rank calls it at the same steps).
-double group_mean(comm::ProcessGroup& g, double v) {
-  auto t = at::full({1}, v, at::kDouble);
-  g.all_reduce(t, comm::ReduceOp::kAvg)->wait();
-  return t.item<double>();
-}
-
-double evaluate(models::GPT& model, TrainData& data, comm::ProcessGroup& g, int64_t iters,
-                int64_t batch) {
-  if (!data.has_val()) return -1;
-  at::NoGradGuard no_grad;
-  model->eval();
-  double sum = 0;
-  for (int64_t i = 0; i < iters; ++i) {
-    auto [x, y] = data.eval_batch(i, batch);
-    sum += model->loss(x, y).item<double>();
-  }
-  model->train();
-  return group_mean(g, sum / static_cast<double>(iters));
-}
-
 class MetricsLog {
  public:
   MetricsLog(const std::string& path, bool active) {
@@ -96,22 +76,22 @@ class MetricsLog {
   std::ofstream out_;
 };
 
-// One line with what this rank holds (Engine::memory_stats), e.g. at startup.
-void log_memory(const runtime::Engine& engine, const char* when) {
-  const auto m = engine.memory_stats();
-  char line[300];
+// One line with what this rank holds (memory_stats), e.g. at startup.
+void log_memory(const TrainBackend& backend, const char* when) {
+  const auto m = backend.memory_stats();
+  char line[320];
   std::snprintf(line, sizeof(line),
-                "memory %s (rank %d, ZeRO stage %d): params %.1f MiB, grads %.1f MiB, optimizer "
+                "memory %s (rank %d, %s): params %.1f MiB, grads %.1f MiB, optimizer "
                 "%.1f MiB, buffers %.1f MiB, peak RSS %.1f MiB\n",
-                when, context_rank(), engine.zero_stage(), m.param_bytes / 1048576.0,
+                when, backend.rank(), backend.describe().c_str(), m.param_bytes / 1048576.0,
                 m.grad_bytes / 1048576.0, m.optimizer_bytes / 1048576.0, m.buffer_bytes / 1048576.0,
                 m.peak_rss_bytes / 1048576.0);
   std::fputs(line, stdout);
   std::fflush(stdout);
 }
 
-nlohmann::json memory_record(const runtime::Engine& engine, int64_t step) {
-  const auto m = engine.memory_stats();
+nlohmann::json memory_record(const TrainBackend& backend, int64_t step) {
+  const auto m = backend.memory_stats();
   return {{"step", step},
           {"param_bytes", m.param_bytes},
           {"grad_bytes", m.grad_bytes},
@@ -123,10 +103,11 @@ nlohmann::json memory_record(const runtime::Engine& engine, int64_t step) {
 // Keeps the two newest checkpoints: the one just written and one to fall back to.
 constexpr int kKeepCheckpoints = 2;
 
-void save(runtime::Engine& engine, TrainData& data, const std::string& out_dir, int world) {
-  engine.save_checkpoint(out_dir,
-                         {{"sampler", data.sampler().state().to_json()}, {"sampler_world", world}},
-                         kKeepCheckpoints);
+void save(TrainBackend& backend, TrainData& data, const std::string& out_dir) {
+  const auto& sampler = data.sampler();
+  backend.save(out_dir,
+               {{"sampler", sampler.state().to_json()}, {"sampler_world", sampler.num_replicas()}},
+               kKeepCheckpoints);
 }
 
 }  // namespace
@@ -143,33 +124,25 @@ int train_command(const Args& args) {
   if (f.steps > 0) s.steps = f.steps;
   if (!f.out.empty()) s.out_dir = f.out;
   const LaunchInfo launch = LaunchInfo::from_env();
-  cfg.resolve_batch(launch.world_size);
-  TrainData data(s, launch.world_size, launch.rank, cfg.seed);
+  const DataShard shard = check_train_layout(cfg, s, launch.world_size, launch.rank);
+  TrainData data(s, shard.replicas, shard.replica, cfg.seed);
 
-  InitOptions init_options;
-  if (cfg.comm_timeout > 0) init_options.timeout_seconds = cfg.comm_timeout;
-  init(init_options);
-  auto group = default_group();
-  const int rank = group->rank();
+  std::unique_ptr<TrainBackend> backend = make_train_backend(cfg, s);
+  const int rank = backend->rank();
   const bool rank0 = rank == 0;
-  // Per-rank seed: dropout masks differ between ranks like in any DDP job.
-  torch::manual_seed(cfg.seed + static_cast<uint64_t>(rank));
-  at::set_num_threads(1);
-  models::GPT model(s.model);
-  runtime::Engine engine = initialize(model, cfg, group);
   if (rank0) fs::create_directories(s.out_dir);
   if (f.resume) {
-    // Every rank sees the same directory; load_checkpoint agrees on the step.
+    // Every rank sees the same directory; load agrees on the step.
     if (!checkpoint::list_steps(s.out_dir).empty()) {
-      auto client = engine.load_checkpoint(s.out_dir);
-      const int saved_world = client.value("sampler_world", group->size());
+      auto client = backend->load(s.out_dir);
+      const int saved_world = client.value("sampler_world", shard.replicas);
       data.sampler().load_state(data::SamplerState::from_json(client.at("sampler").get<std::string>())
-                                    .resharded(saved_world, group->size()));
+                                    .resharded(saved_world, shard.replicas));
       if (rank0) {
         std::printf("resumed from %s/step_%lld", s.out_dir.c_str(),
-                    static_cast<long long>(engine.global_steps()));
-        if (saved_world != group->size()) {
-          std::printf(" (saved by %d ranks, resharded to %d)", saved_world, group->size());
+                    static_cast<long long>(backend->global_steps()));
+        if (saved_world != shard.replicas) {
+          std::printf(" (saved by %d ranks, resharded to %d)", saved_world, shard.replicas);
         }
         std::printf("\n");
       }
@@ -181,82 +154,70 @@ int train_command(const Args& args) {
   const int64_t accum = cfg.gradient_accumulation_steps;
   const int64_t tokens_per_step = cfg.train_batch_size * s.model.block_size;
   if (rank0) {
-    std::printf("tessera train: GPT %lld params (%lld layers, %lld embd), %d ranks, batch %lld "
-                "(micro %lld x accumulation %lld x world %d), %lld steps, data %s (%lld tokens)\n",
-                static_cast<long long>(model->num_parameters()), static_cast<long long>(s.model.n_layer),
-                static_cast<long long>(s.model.n_embd), group->size(),
+    std::printf("tessera train: GPT %lld params (%lld layers, %lld embd), %d ranks (%s), batch %lld "
+                "(micro %lld x accumulation %lld x data parallel %d), %lld steps, data %s "
+                "(%lld tokens)\n",
+                static_cast<long long>(backend->num_parameters()),
+                static_cast<long long>(s.model.n_layer), static_cast<long long>(s.model.n_embd),
+                backend->world(), backend->describe().c_str(),
                 static_cast<long long>(cfg.train_batch_size), static_cast<long long>(micro),
-                static_cast<long long>(accum), group->size(), static_cast<long long>(s.steps),
+                static_cast<long long>(accum), shard.replicas, static_cast<long long>(s.steps),
                 s.data_path.c_str(), static_cast<long long>(data.train().num_tokens()));
   }
-  if (rank0) log_memory(engine, "at startup");
+  if (rank0) log_memory(*backend, "at startup");
   MetricsLog metrics(s.out_dir + "/" + s.metrics, rank0);
   const bool tty = rank0 && isatty(fileno(stdout));
   auto window_start = Clock::now();
   const auto run_start = Clock::now();
-  const int64_t first_step = engine.global_steps();
+  const int64_t first_step = backend->global_steps();
   double loss_sum = 0;
   int64_t loss_count = 0;
   uint64_t comm_bytes = 0;  // what this rank sent during the last optimizer step
-  while (engine.global_steps() < s.steps) {
-    const auto comm_before = engine.comm_stats();
-    for (int64_t m = 0; m < accum; ++m) {
-      auto [x, y] = data.next_batch(micro);
-      auto loss = model->loss(x, y);
-      engine.backward(loss);
-      engine.step();
-      loss_sum += loss.item<double>();
-      ++loss_count;
-    }
-    const int64_t step = engine.global_steps();
-    comm_bytes = comm::CommStats::difference(engine.comm_stats(), comm_before).total_bytes();
-    if (rank0 && step == first_step + 1) log_memory(engine, "after the first step");
+  while (backend->global_steps() < s.steps) {
+    const auto comm_before = backend->comm_stats();
+    loss_sum += backend->train_step(data);
+    ++loss_count;
+    const int64_t step = backend->global_steps();
+    comm_bytes = comm::CommStats::difference(backend->comm_stats(), comm_before).total_bytes();
+    if (rank0 && step == first_step + 1) log_memory(*backend, "after the first step");
     if (step % cfg.steps_per_print == 0 || step == s.steps) {
-      const double loss = group_mean(*group, loss_sum / loss_count);
+      const double loss = backend->mean_over_job(loss_sum / loss_count);
       const double secs = std::chrono::duration<double>(Clock::now() - window_start).count();
-      const double tok_s = tokens_per_step * static_cast<double>(loss_count / accum) / secs;
+      const double tok_s = tokens_per_step * static_cast<double>(loss_count) / secs;
       const double per_step = std::chrono::duration<double>(Clock::now() - run_start).count() /
                               static_cast<double>(step - first_step);
       if (rank0) {
         std::printf("%sstep %5lld/%lld | loss %.4f | lr %.2e | %.0f tok/s | ETA %s%s",
                     tty ? "\r" : "", static_cast<long long>(step), static_cast<long long>(s.steps),
-                    loss, engine.lr(), tok_s, format_eta(per_step * (s.steps - step)).c_str(),
+                    loss, backend->lr(), tok_s, format_eta(per_step * (s.steps - step)).c_str(),
                     tty ? "   " : "\n");
         std::fflush(stdout);
       }
-      metrics.write({{"step", step}, {"loss", loss}, {"lr", engine.lr()},
-                     {"tokens_per_s", tok_s}, {"grad_norm", engine.last_grad_norm()},
+      metrics.write({{"step", step}, {"loss", loss}, {"lr", backend->lr()},
+                     {"tokens_per_s", tok_s}, {"grad_norm", backend->grad_norm()},
                      {"comm_bytes", comm_bytes}});
-      metrics.write(memory_record(engine, step));
+      metrics.write(memory_record(*backend, step));
       loss_sum = 0;
       loss_count = 0;
       window_start = Clock::now();
     }
     const bool last = step == s.steps;
     if ((s.eval_interval > 0 && step % s.eval_interval == 0) || last) {
-      const double val = evaluate(model, data, *group, s.eval_iters, micro);
+      const double val = backend->evaluate(data, s.eval_iters);
       if (rank0 && val >= 0) {
         std::printf("%sstep %5lld: val loss %.4f\n", tty ? "\n" : "", static_cast<long long>(step), val);
         metrics.write({{"step", step}, {"val_loss", val}});
       }
     }
     if ((s.checkpoint_interval > 0 && step % s.checkpoint_interval == 0) || last) {
-      save(engine, data, s.out_dir, group->size());
+      save(*backend, data, s.out_dir);
     }
   }
-  // Under ZeRO stage 3 the weights are sharded: every rank gathers them so that
-  // rank 0 alone can sample.
-  const bool sample = s.sample_length > 0 && s.model.vocab_size == 256;
-  if (sample && engine.zero_stage() == 3) engine.zero().gather_all();
-  if (rank0 && sample) {
-    const std::string& p = s.sample_prompt;
-    auto prompt = at::empty({static_cast<int64_t>(p.size())}, at::kLong);
-    for (size_t i = 0; i < p.size(); ++i) prompt[i] = static_cast<int64_t>(static_cast<uint8_t>(p[i]));
-    auto out = model->generate(prompt, s.sample_length, 0.8, 0, cfg.seed);
-    std::printf("--- sample ---\n%s\n--- end of sample ---\n", data::bytes_to_string(out[0]).c_str());
+  if (s.sample_length > 0 && s.model.vocab_size == 256) {
+    backend->sample(s.sample_prompt, s.sample_length, cfg.seed);
   }
-  if (sample && engine.zero_stage() == 3) engine.zero().release_all();
   if (rank0) std::fflush(stdout);
+  backend.reset();
   shutdown();
   return 0;
 }

@@ -19,13 +19,27 @@ std::vector<std::pair<int64_t, int64_t>> split_layers(int64_t n_layer, int p, in
   return out;
 }
 
-GptPipelineStage::GptPipelineStage(const models::GPTConfig& config, int p, int v, int stage,
-                                   std::shared_ptr<comm::ProcessGroup> embedding)
-    : config_(config), p_(p), v_(v), stage_(stage), embedding_(std::move(embedding)),
-      dense_(nullptr) {
-  const auto all = split_layers(config.n_layer, p, v);  // ConfigError before any weight
-  dense_ = models::GPT(config);
-  for (int c = 0; c < v; ++c) my_layers_.push_back(all[static_cast<size_t>(c * p + stage)]);
+namespace {
+
+GptPart part_of(const std::vector<std::pair<int64_t, int64_t>>& mine, int p, int stage) {
+  GptPart part;
+  part.blocks = mine;
+  part.embedding = stage == 0;
+  part.head = stage == p - 1;
+  return part;
+}
+
+}  // namespace
+
+GptPipelineStage::GptPipelineStage(const models::GPTConfig& config, const ProcessMesh& mesh, int v,
+                                   bool sequence_parallel)
+    : config_(config), p_(mesh.topology().pp()), v_(v), stage_(mesh.coord().pp),
+      tp_rank_(mesh.coord().tp), tp_size_(mesh.topology().tp()),
+      sequence_parallel_(sequence_parallel), embedding_(mesh.embedding()) {
+  const auto all = split_layers(config.n_layer, p_, v_);  // ConfigError before any weight
+  for (int c = 0; c < v_; ++c) my_layers_.push_back(all[static_cast<size_t>(c * p_ + stage_)]);
+  model_ = TensorParallelGPT(config_, TensorParallelOptions{mesh.tp(), sequence_parallel_},
+                             part_of(my_layers_, p_, stage_));
 }
 
 void GptPipelineStage::set_batch(const torch::Tensor& ids, const torch::Tensor& targets, int m) {
@@ -37,15 +51,7 @@ void GptPipelineStage::set_batch(const torch::Tensor& ids, const torch::Tensor& 
 
 std::vector<std::pair<std::string, torch::Tensor>> GptPipelineStage::named_parameters() const {
   std::vector<std::pair<std::string, torch::Tensor>> out;
-  auto add = [&](const std::string& prefix, const torch::nn::Module& m) {
-    for (const auto& p : m.named_parameters(true)) out.emplace_back(prefix + p.key(), p.value());
-  };
-  if (holds_embedding()) out.emplace_back("wte.weight", dense_->wte->weight);
-  if (stage_ == 0) out.emplace_back("wpe.weight", dense_->wpe->weight);
-  for (const auto& [b, e] : my_layers_) {
-    for (int64_t i = b; i < e; ++i) add("h." + std::to_string(i) + ".", *dense_->h->ptr(static_cast<size_t>(i)));
-  }
-  if (stage_ == p_ - 1) add("ln_f.", *dense_->ln_f);
+  for (const auto& p : model_->named_parameters(true)) out.emplace_back(p.key(), p.value());
   return out;
 }
 
@@ -55,34 +61,32 @@ std::vector<torch::Tensor> GptPipelineStage::parameters() const {
   return out;
 }
 
+bool GptPipelineStage::is_duplicate(const std::string& name) const {
+  if (name == "wte.weight" && stage_ != 0) return true;  // the first stage's copy counts
+  return tp_rank_ > 0 && dense_slice_of(name).kind == DenseSlice::Kind::kWhole;
+}
+
 torch::Tensor GptPipelineStage::forward(int chunk, int micro, const torch::Tensor& input) {
-  torch::Tensor x;
-  if (first_chunk(chunk)) {
-    const auto& idx = ids_.at(static_cast<size_t>(micro));
-    auto pos = torch::arange(idx.size(1), torch::kLong);
-    x = dense_->drop(dense_->wte(idx) + dense_->wpe(pos));
-  } else {
-    x = input;
-  }
+  torch::Tensor x = first_chunk(chunk) ? model_->embed(ids_.at(static_cast<size_t>(micro))) : input;
   const auto [b, e] = my_layers_.at(static_cast<size_t>(chunk));
-  for (int64_t i = b; i < e; ++i) x = dense_->h[static_cast<size_t>(i)]->as<models::Block>()->forward(x);
+  x = model_->blocks(b, e, x);
   if (!last_chunk(chunk)) return x;
-  x = dense_->ln_f(x);
-  auto logits = torch::nn::functional::linear(x, dense_->wte->weight);
-  return torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}),
-                                              targets_.at(static_cast<size_t>(micro)).reshape({-1}));
+  return model_->head_loss(x, targets_.at(static_cast<size_t>(micro)));
 }
 
 torch::Tensor GptPipelineStage::activation_like(int, int micro) {
   const auto& idx = ids_.at(static_cast<size_t>(micro));
-  return torch::empty({idx.size(0), idx.size(1), config_.n_embd});
+  const int64_t t = sequence_parallel_ ? idx.size(1) / tp_size_ : idx.size(1);
+  return torch::empty({idx.size(0), t, config_.n_embd});
 }
 
 void GptPipelineStage::reduce_gradients() {
-  if (p_ == 1 || !embedding_) return;
-  auto& w = dense_->wte->weight;
-  if (!w.grad().defined()) w.mutable_grad() = torch::zeros_like(w);
-  embedding_->all_reduce(w.mutable_grad())->wait();
+  if (p_ > 1 && embedding_) {
+    auto w = model_->token_embedding();
+    if (!w.grad().defined()) w.mutable_grad() = torch::zeros_like(w);
+    embedding_->all_reduce(w.mutable_grad())->wait();
+  }
+  if (reduce_) reduce_();
 }
 
 void GptPipelineStage::optimizer_step() {

@@ -1,18 +1,30 @@
-// GptPipelineStage: the GPT of models/gpt.h cut into p * v chunks of whole
-// blocks for pipeline parallelism, this rank holding the chunks of its stage
-// (virtual stages c * p + s, pipeline_schedule.h). The first virtual stage also
-// embeds (wte, wpe), the last also applies ln_f, the tied head and the loss.
+// GptPipelineStage: this rank's share of a GPT under pipeline (and tensor)
+// parallelism. The GPT is cut into p * v chunks of whole blocks; the rank holds
+// the chunks of its stage (virtual stages c * p + s, pipeline_schedule.h), each
+// split over its tensor-parallel group (TensorParallelGPT, tensor/tp_gpt.h). The
+// first virtual stage also embeds (wte, wpe), the last also applies ln_f, the
+// tied head and the vocab-parallel loss.
+//
+//   auto mesh = ProcessMesh::build(world, /*tp=*/2, /*pp=*/2);
+//   GptPipelineStage stage(gpt_config, mesh, /*v=*/1);
+//   stage.set_optimizer([&] { opt.step(); });
+//   stage.set_batch(ids, targets, m);  exec.run(stage);
 //
 // Blocks are split as evenly as their count allows (the first chunks take one
 // more when n_layer is not a multiple of p * v). The tied token embedding lives
 // on the first and the last stage; reduce_gradients() sums its gradient over
-// the embedding group so both copies take the same step, as Megatron does.
+// the embedding group so both copies take the same step, as Megatron does, then
+// runs the caller's gradient reduction (data parallel) if one is set.
+// Activations between stages are [micro, T, C], or [micro, T/tp, C] under
+// sequence parallel (each tensor-parallel rank sends its part of the sequence).
 //
-// Weights equal the dense GPT's of the same config (every stage builds it with
-// the same seed and keeps its own layers). parameters() lists what this stage
-// trains; named_parameters() keeps the dense names ("h.3.attn.c_attn.weight").
+// Weights equal the dense GPT's of the same config (same seed); no rank builds
+// more than its own part. parameters() lists what this stage trains;
+// named_parameters() keeps the dense names ("h.3.attn.c_attn.weight"), each
+// rank holding its tensor-parallel slice (dense_slice_of says which).
 //
-// ConfigError (before anything is built) when p * v exceeds n_layer.
+// ConfigError (before anything is built) when p * v exceeds n_layer or the
+// tensor-parallel layout does not fit the model (check_tensor_parallel_layout).
 #pragma once
 
 #include <torch/torch.h>
@@ -25,6 +37,8 @@
 #include "tessera/comm/process_group.h"
 #include "tessera/models/gpt.h"
 #include "tessera/parallel/pipeline/pipeline_executor.h"
+#include "tessera/parallel/process_mesh.h"
+#include "tessera/parallel/tensor/tp_gpt.h"
 
 namespace tessera::parallel {
 
@@ -34,23 +48,30 @@ std::vector<std::pair<int64_t, int64_t>> split_layers(int64_t n_layer, int p, in
 
 class GptPipelineStage : public PipelineStage {
  public:
-  // `embedding`: the group of the first and last stage (nullptr when p == 1).
-  GptPipelineStage(const models::GPTConfig& config, int p, int v, int stage,
-                   std::shared_ptr<comm::ProcessGroup> embedding);
+  // The stage of `mesh` this rank is on, with v chunks per stage.
+  GptPipelineStage(const models::GPTConfig& config, const ProcessMesh& mesh, int v,
+                   bool sequence_parallel = false);
 
   // The step's batch, [m * micro, T] ids and targets, split into m micro-batches.
   void set_batch(const torch::Tensor& ids, const torch::Tensor& targets, int m);
-  // What the stage's optimizer steps on, and an optional step callback.
+  // What the stage's optimizer steps on.
   std::vector<torch::Tensor> parameters() const;
   std::vector<std::pair<std::string, torch::Tensor>> named_parameters() const;
+  // Called by optimizer_step(), and by reduce_gradients() after the tied
+  // embedding's sum (e.g. the data-parallel average).
   void set_optimizer(std::function<void()> step) { step_ = std::move(step); }
+  void set_gradient_reduction(std::function<void()> reduce) { reduce_ = std::move(reduce); }
 
   torch::Tensor forward(int chunk, int micro, const torch::Tensor& input) override;
   torch::Tensor activation_like(int chunk, int micro) override;
   void reduce_gradients() override;
   void optimizer_step() override;
 
-  models::GPT& dense() { return dense_; }
+  TensorParallelGPT& model() { return model_; }
+  // True when this rank's copy of `name` is a duplicate that a global sum over
+  // every rank (a norm, a parameter count) must skip: the tied embedding on the
+  // last stage, and whole (not split) parameters on tensor-parallel ranks > 0.
+  bool is_duplicate(const std::string& name) const;
 
  private:
   bool first_chunk(int chunk) const { return chunk * p_ + stage_ == 0; }
@@ -58,12 +79,13 @@ class GptPipelineStage : public PipelineStage {
   bool holds_embedding() const { return stage_ == 0 || stage_ == p_ - 1; }
 
   models::GPTConfig config_;
-  int p_, v_, stage_;
+  int p_, v_, stage_, tp_rank_, tp_size_;
+  bool sequence_parallel_;
   std::shared_ptr<comm::ProcessGroup> embedding_;
-  models::GPT dense_;
+  TensorParallelGPT model_{nullptr};
   std::vector<std::pair<int64_t, int64_t>> my_layers_;  // per local chunk
   std::vector<torch::Tensor> ids_, targets_;
-  std::function<void()> step_;
+  std::function<void()> step_, reduce_;
 };
 
 }  // namespace tessera::parallel

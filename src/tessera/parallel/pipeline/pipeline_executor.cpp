@@ -147,4 +147,38 @@ PipelineStepResult PipelineExecutor::run(PipelineStage& stage) {
   return r;
 }
 
+PipelineStepResult PipelineExecutor::evaluate(PipelineStage& stage, int micro_batches) {
+  // Virtual stages in order for one micro-batch after another: each waits only
+  // for the one before it, so no schedule is needed and nothing can deadlock.
+  torch::NoGradGuard no_grad;
+  const int s = pp_->rank();
+  const int last_virtual = p_ * v_ - 1;
+  PipelineStepResult r;
+  const auto start = Clock::now();
+  double loss_sum = 0;
+  for (int micro = 0; micro < micro_batches; ++micro) {
+    torch::Tensor x;
+    for (int k = 0; k <= last_virtual; ++k) {
+      const int owner = k % p_, chunk = k / p_;
+      if (owner != s) continue;
+      if (k > 0 && (k - 1) % p_ != s) {
+        x = stage.activation_like(chunk, micro);
+        pp_->recv(x, (k - 1) % p_, tag_of((k - 1) % p_, s, p_))->wait();
+      }
+      const auto t0 = Clock::now();
+      x = stage.forward(chunk, micro, x);
+      r.busy_seconds += seconds_since(t0);
+      if (k == last_virtual) {
+        loss_sum += x.item<double>();
+      } else if ((k + 1) % p_ != s) {
+        pp_->send(x.contiguous(), (k + 1) % p_, tag_of(s, (k + 1) % p_, p_))->wait();
+      }
+    }
+  }
+  r.total_seconds = seconds_since(start);
+  r.has_loss = (last_virtual % p_) == s;
+  r.loss = micro_batches > 0 ? loss_sum / micro_batches : 0;
+  return r;
+}
+
 }  // namespace tessera::parallel

@@ -71,6 +71,11 @@ class PipelineExecutor {
   // One optimizer step: every instruction of this rank's list, in order.
   PipelineStepResult run(PipelineStage& stage);
 
+  // Forward only, without autograd: `micro_batches` micro-batches of the
+  // stage's batch through every virtual stage in turn (no overlap: for
+  // evaluation). The loss is the mean over them, on the last stage.
+  PipelineStepResult evaluate(PipelineStage& stage, int micro_batches);
+
   int micro_batches() const { return m_; }
 
  private:

@@ -26,6 +26,22 @@ void check_shape(const char* layer, const char* what, const torch::Tensor& t,
 
 }  // namespace
 
+torch::Tensor dense_slice(const torch::Tensor& dense, DenseSlice slice, int rank, int size) {
+  const auto r = static_cast<size_t>(rank);
+  switch (slice.kind) {
+    case DenseSlice::Kind::kWhole:
+      return dense;
+    case DenseSlice::Kind::kColumns:
+      return dense.chunk(size, 1)[r];
+    case DenseSlice::Kind::kRows:
+      break;
+  }
+  if (slice.blocks == 1) return dense.chunk(size, 0)[r];
+  std::vector<torch::Tensor> parts;
+  for (const auto& block : dense.chunk(slice.blocks, 0)) parts.push_back(block.chunk(size, 0)[r]);
+  return torch::cat(parts, 0);
+}
+
 ColumnParallelLinearImpl::ColumnParallelLinearImpl(int64_t in, int64_t out, TensorParallelOptions tp,
                                                    bool bias, bool gather_output)
     : tp_(std::move(tp)), in_(in), out_(out), gather_output_(gather_output) {
@@ -42,18 +58,12 @@ void ColumnParallelLinearImpl::from_dense(const torch::Tensor& w, const torch::T
   TS_CHECK_T(ConfigError, row_blocks >= 1 && out_ % (row_blocks * g.size()) == 0,
              "ColumnParallelLinear: output size ", out_, " does not split into ", row_blocks,
              " blocks of tensor_model_parallel_size ", g.size(), " parts");
-  auto mine = [&](const torch::Tensor& t) {
-    std::vector<torch::Tensor> parts;
-    for (const auto& block : t.chunk(row_blocks, 0)) {
-      parts.push_back(block.chunk(g.size(), 0)[static_cast<size_t>(g.rank())]);
-    }
-    return torch::cat(parts, 0);
-  };
+  const DenseSlice rows{DenseSlice::Kind::kRows, row_blocks};
   torch::NoGradGuard no_grad;
-  weight.copy_(mine(w));
+  weight.copy_(dense_slice(w, rows, g.rank(), g.size()));
   if (bias.defined()) {
     check_shape("ColumnParallelLinear", "bias", b, {out_});
-    bias.copy_(mine(b));
+    bias.copy_(dense_slice(b, rows, g.rank(), g.size()));
   }
 }
 
@@ -79,7 +89,7 @@ void RowParallelLinearImpl::from_dense(const torch::Tensor& w, const torch::Tens
   comm::ProcessGroup& g = group_of(tp_);
   check_shape("RowParallelLinear", "weight", w, {out_, in_});
   torch::NoGradGuard no_grad;
-  weight.copy_(w.chunk(g.size(), 1)[static_cast<size_t>(g.rank())]);
+  weight.copy_(dense_slice(w, {DenseSlice::Kind::kColumns}, g.rank(), g.size()));
   if (bias.defined()) {
     check_shape("RowParallelLinear", "bias", b, {out_});
     bias.copy_(b);

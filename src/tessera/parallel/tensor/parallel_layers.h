@@ -37,6 +37,17 @@ struct TensorParallelOptions {
   bool sequence_parallel = false;  // activations outside the layers hold 1/tp of the sequence
 };
 
+// Which part of a dense weight a tensor-parallel rank holds: all of it, its
+// equal share of the rows (the first dimension: a column-parallel weight, a
+// vocabulary-parallel table), or of the columns (the second: a row-parallel
+// weight).
+struct DenseSlice {
+  enum class Kind { kWhole, kRows, kColumns } kind = Kind::kWhole;
+  int64_t blocks = 1;  // kRows of [q; k; v]: each rank takes its part of each block
+};
+// Rank `rank` of `size`'s part of `dense` (a view where it can be one).
+torch::Tensor dense_slice(const torch::Tensor& dense, DenseSlice slice, int rank, int size);
+
 class ColumnParallelLinearImpl : public torch::nn::Module {
  public:
   // in -> out, out divisible by tp. Weights ~ N(0, 0.02) from torch's default

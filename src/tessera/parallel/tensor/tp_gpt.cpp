@@ -102,23 +102,6 @@ bool ends_with(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
 
-void check_layout(const models::GPTConfig& c, const TensorParallelOptions& tp) {
-  TS_CHECK_T(ConfigError, tp.group != nullptr, "TensorParallelGPT needs a tensor-parallel group");
-  const int n = tp.group->size();
-  c.validate();
-  TS_CHECK_T(ConfigError, c.n_head % n == 0, "model.n_head ", c.n_head,
-             " does not divide by tensor_model_parallel_size ", n,
-             ": every tensor-parallel rank needs whole attention heads");
-  TS_CHECK_T(ConfigError, c.vocab_size % n == 0, "model.vocab_size ", c.vocab_size,
-             " does not divide by tensor_model_parallel_size ", n,
-             "; pad the vocabulary to a multiple of it");
-  TS_CHECK_T(ConfigError, !tp.sequence_parallel || c.block_size % n == 0, "model.block_size ",
-             c.block_size, " does not divide by tensor_model_parallel_size ", n,
-             ", which sequence_parallel needs");
-  TS_CHECK_T(ConfigError, c.dropout == 0.0 || n == 1, "model.dropout ", c.dropout,
-             " is not supported with tensor_model_parallel_size ", n, " yet; set it to 0");
-}
-
 }  // namespace
 
 DenseSlice dense_slice_of(const std::string& name) {
@@ -132,42 +115,69 @@ DenseSlice dense_slice_of(const std::string& name) {
   return {};
 }
 
-TensorParallelGPTImpl::TensorParallelGPTImpl(const models::GPTConfig& config, TensorParallelOptions tp)
-    : config_(config), tp_(std::move(tp)) {
-  check_layout(config_, tp_);
-  wte = register_module("wte", VocabParallelEmbedding(config.vocab_size, config.n_embd, tp_));
-  auto wpe = register_module("wpe", std::make_shared<torch::nn::Module>());
-  wpe_ = wpe->register_parameter("weight", torch::zeros({config.block_size, config.n_embd}));
-  h = register_module("h", torch::nn::Sequential());
-  for (int64_t i = 0; i < config.n_layer; ++i) h->push_back(TpBlock(config_, tp_));
-  ln_f_ = register_module("ln_f", TpLayerNorm(config.n_embd, tp_)).get();
-
-  // The dense GPT's weights, sliced: same seed, same weights as a dense run.
-  models::GPT dense(config_);
-  const int n = tp_.group->size(), r = tp_.group->rank();
-  auto dense_params = dense->named_parameters(true);
-  torch::NoGradGuard no_grad;
-  for (auto& p : named_parameters(true)) {
-    const torch::Tensor* src = dense_params.find(p.key());
-    TS_INTERNAL_ASSERT(src != nullptr, "TensorParallelGPT parameter ", p.key(), " is not in the GPT");
-    const DenseSlice s = dense_slice_of(p.key());
-    torch::Tensor mine = *src;
-    if (s.kind == DenseSlice::Kind::kRows) {
-      std::vector<torch::Tensor> parts;
-      for (const auto& block : src->chunk(s.blocks, 0)) {
-        parts.push_back(block.chunk(n, 0)[static_cast<size_t>(r)]);
-      }
-      mine = torch::cat(parts, 0);
-    } else if (s.kind == DenseSlice::Kind::kColumns) {
-      mine = src->chunk(n, 1)[static_cast<size_t>(r)];
-    }
-    TS_INTERNAL_ASSERT(mine.sizes() == p.value().sizes(), "slice of ", p.key(), " has shape ",
-                       mine.sizes(), ", the parameter ", p.value().sizes());
-    p.value().copy_(mine);
-  }
+void check_tensor_parallel_layout(const models::GPTConfig& c, int n, bool sequence_parallel) {
+  c.validate();
+  TS_CHECK_T(ConfigError, c.n_head % n == 0, "model.n_head ", c.n_head,
+             " does not divide by tensor_model_parallel_size ", n,
+             ": every tensor-parallel rank needs whole attention heads");
+  TS_CHECK_T(ConfigError, c.vocab_size % n == 0, "model.vocab_size ", c.vocab_size,
+             " does not divide by tensor_model_parallel_size ", n,
+             "; pad the vocabulary to a multiple of it");
+  TS_CHECK_T(ConfigError, !sequence_parallel || c.block_size % n == 0, "model.block_size ",
+             c.block_size, " does not divide by tensor_model_parallel_size ", n,
+             ", which sequence_parallel needs");
+  TS_CHECK_T(ConfigError, c.dropout == 0.0, "model.dropout ", c.dropout,
+             " is not supported by the model-parallel GPT (tensor or pipeline parallel) yet; "
+             "set it to 0");
 }
 
-torch::Tensor TensorParallelGPTImpl::hidden(const torch::Tensor& idx) {
+TensorParallelGPTImpl::TensorParallelGPTImpl(const models::GPTConfig& config,
+                                             TensorParallelOptions tp, GptPart part)
+    : config_(config), tp_(std::move(tp)), part_(std::move(part)) {
+  TS_CHECK_T(ConfigError, tp_.group != nullptr, "TensorParallelGPT needs a tensor-parallel group");
+  check_tensor_parallel_layout(config_, tp_.group->size(), tp_.sequence_parallel);
+  if (part_.blocks.empty()) part_.blocks.emplace_back(0, config_.n_layer);
+  for (const auto& [b, e] : part_.blocks) {
+    TS_CHECK_T(ConfigError, 0 <= b && b < e && e <= config_.n_layer, "TensorParallelGPT: block range [",
+               b, ", ", e, ") is outside the model's ", config_.n_layer, " blocks");
+  }
+  if (part_.embedding || part_.head) {
+    wte = register_module("wte", VocabParallelEmbedding(config.vocab_size, config.n_embd, tp_));
+  }
+  if (part_.embedding) {
+    auto wpe = register_module("wpe", std::make_shared<torch::nn::Module>());
+    wpe_ = wpe->register_parameter("weight", torch::zeros({config.block_size, config.n_embd}));
+  }
+  auto h = register_module("h", std::make_shared<torch::nn::Module>());
+  blocks_.resize(static_cast<size_t>(config_.n_layer));
+  for (const auto& [b, e] : part_.blocks) {
+    for (int64_t i = b; i < e; ++i) {
+      blocks_[static_cast<size_t>(i)] =
+          torch::nn::AnyModule(h->register_module(std::to_string(i), TpBlock(config_, tp_)));
+    }
+  }
+  if (part_.head) ln_f_ = register_module("ln_f", TpLayerNorm(config.n_embd, tp_)).get();
+
+  // The dense GPT's weights, sliced: same seed, same weights as a dense run.
+  const int n = tp_.group->size(), r = tp_.group->rank();
+  auto mine = named_parameters(true);
+  size_t filled = 0;
+  torch::NoGradGuard no_grad;
+  models::for_each_initial_parameter(config_, [&](const std::string& name, const torch::Tensor& dense) {
+    torch::Tensor* p = mine.find(name);
+    if (p == nullptr) return;
+    const torch::Tensor slice = dense_slice(dense, dense_slice_of(name), r, n);
+    TS_INTERNAL_ASSERT(slice.sizes() == p->sizes(), "slice of ", name, " has shape ", slice.sizes(),
+                       ", the parameter ", p->sizes());
+    p->copy_(slice);
+    ++filled;
+  });
+  TS_INTERNAL_ASSERT(filled == mine.size(), "TensorParallelGPT: ", mine.size() - filled,
+                     " parameters have no counterpart in the GPT");
+}
+
+torch::Tensor TensorParallelGPTImpl::embed(const torch::Tensor& idx) {
+  TS_CHECK(part_.embedding, "TensorParallelGPT.embed: this rank does not hold the embedding");
   TS_CHECK(idx.dim() == 2, "TensorParallelGPT.forward expects idx of shape [B, T], got ", idx.sizes());
   const int64_t T = idx.size(1);
   TS_CHECK(T >= 1 && T <= config_.block_size, "TensorParallelGPT.forward: sequence length ", T,
@@ -179,27 +189,42 @@ torch::Tensor TensorParallelGPTImpl::hidden(const torch::Tensor& idx) {
              " does not divide by tensor_model_parallel_size ", g.size(),
              " under sequence_parallel");
     const int64_t per = T / g.size();
-    x = x + copy_to_tp(wpe_, g).slice(0, per * g.rank(), per * (g.rank() + 1));
-  } else {
-    x = x + wpe_.slice(0, 0, T);
+    return x + copy_to_tp(wpe_, g).slice(0, per * g.rank(), per * (g.rank() + 1));
   }
-  x = h->forward(x);
-  return ln_f_->as<TpLayerNorm>()->forward(x);
+  return x + wpe_.slice(0, 0, T);
 }
 
-torch::Tensor TensorParallelGPTImpl::forward(const torch::Tensor& idx) {
+torch::Tensor TensorParallelGPTImpl::blocks(int64_t begin, int64_t end, torch::Tensor x) {
+  for (int64_t i = begin; i < end; ++i) {
+    auto& block = blocks_.at(static_cast<size_t>(i));
+    TS_CHECK(!block.is_empty(), "TensorParallelGPT: this rank does not hold block ", i);
+    x = block.forward(x);
+  }
+  return x;
+}
+
+torch::Tensor TensorParallelGPTImpl::logits(const torch::Tensor& hidden) {
+  TS_CHECK(part_.head, "TensorParallelGPT: this rank does not hold the head");
   comm::ProcessGroup& g = *tp_.group;
-  auto x = hidden(idx);
+  auto x = ln_f_->as<TpLayerNorm>()->forward(hidden);
   // The head needs every position on every rank; its input's gradient is partial
   // (this rank's vocabulary only) and is summed by the conjugate.
   x = tp_.sequence_parallel ? gather_from_sequence(x, g) : copy_to_tp(x, g);
   return torch::matmul(x, wte->weight.t());
 }
 
-torch::Tensor TensorParallelGPTImpl::loss(const torch::Tensor& idx, const torch::Tensor& targets) {
-  auto logits = forward(idx);
-  return vocab_parallel_cross_entropy(logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}),
+torch::Tensor TensorParallelGPTImpl::head_loss(const torch::Tensor& x, const torch::Tensor& targets) {
+  auto out = logits(x);
+  return vocab_parallel_cross_entropy(out.reshape({-1, out.size(-1)}), targets.reshape({-1}),
                                       *tp_.group);
+}
+
+torch::Tensor TensorParallelGPTImpl::forward(const torch::Tensor& idx) {
+  return logits(blocks(0, config_.n_layer, embed(idx)));
+}
+
+torch::Tensor TensorParallelGPTImpl::loss(const torch::Tensor& idx, const torch::Tensor& targets) {
+  return head_loss(blocks(0, config_.n_layer, embed(idx)), targets);
 }
 
 }  // namespace tessera::parallel

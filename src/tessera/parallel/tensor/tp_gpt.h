@@ -16,6 +16,13 @@
 // Parameter names are the dense GPT's ("h.0.attn.c_attn.weight"), with each
 // rank holding its slice (dense_slice_of says which).
 //
+// A model-parallel rank may hold only part of the model (GptPart): some
+// blocks, the embedding (first pipeline stage) and the head (last stage; the
+// tied token embedding is held there too). embed(), blocks() and head_loss()
+// run the parts; forward() and loss() need the whole model. Weights are filled
+// one dense tensor at a time (models::for_each_initial_parameter), so no rank
+// ever holds more than its part plus one dense block.
+//
 // ConfigError (every rank, before any weight is built) when n_head, n_embd,
 // 4 n_embd or vocab_size do not divide by tp, when block_size does not under
 // sequence parallel, or when dropout > 0 (not supported under tensor parallel).
@@ -23,37 +30,61 @@
 
 #include <torch/torch.h>
 
+#include <utility>
+#include <vector>
+
 #include "tessera/models/gpt.h"
 #include "tessera/parallel/tensor/parallel_layers.h"
 
 namespace tessera::parallel {
 
-// How a parameter of the tensor-parallel GPT relates to the dense one.
-struct DenseSlice {
-  enum class Kind { kWhole, kRows, kColumns } kind = Kind::kWhole;
-  int64_t blocks = 1;  // kRows of [q; k; v]: each rank takes its part of each block
-};
+// How a parameter of the tensor-parallel GPT relates to the dense one
+// (dense_slice, parallel_layers.h, cuts it).
 DenseSlice dense_slice_of(const std::string& parameter_name);
+
+// Which part of the GPT a rank holds; the default is all of it.
+struct GptPart {
+  std::vector<std::pair<int64_t, int64_t>> blocks;  // [begin, end) ranges; empty: every block
+  bool embedding = true;  // wte and wpe, and embed()
+  bool head = true;       // ln_f and the tied wte, and head_loss()
+};
+
+// The checks TensorParallelGPT makes of a layout, without building anything.
+void check_tensor_parallel_layout(const models::GPTConfig& config, int tp, bool sequence_parallel);
 
 class TensorParallelGPTImpl : public torch::nn::Module {
  public:
-  TensorParallelGPTImpl(const models::GPTConfig& config, TensorParallelOptions tp);
+  TensorParallelGPTImpl(const models::GPTConfig& config, TensorParallelOptions tp,
+                        GptPart part = {});
 
   // idx int64 [B, T] -> this rank's logits [B, T, vocab/tp].
   torch::Tensor forward(const torch::Tensor& idx);
   // Mean cross entropy over every token (the same value on every tp rank).
   torch::Tensor loss(const torch::Tensor& idx, const torch::Tensor& targets);
 
+  // The parts (GptPart says which a rank holds; tessera::Error otherwise).
+  // idx [B, T] -> the input of block 0, [B, T(/tp under sequence parallel), C].
+  torch::Tensor embed(const torch::Tensor& idx);
+  // Blocks [begin, end) on x [B, T(/tp), C].
+  torch::Tensor blocks(int64_t begin, int64_t end, torch::Tensor x);
+  // ln_f, the tied head and the vocab-parallel loss of x [B, T(/tp), C].
+  torch::Tensor head_loss(const torch::Tensor& x, const torch::Tensor& targets);
+
   const models::GPTConfig& config() const { return config_; }
   const TensorParallelOptions& tp() const { return tp_; }
+  const GptPart& part() const { return part_; }
+  // The tied token embedding (this rank's vocabulary rows); nullptr-like
+  // (undefined) on a part without embedding or head.
+  torch::Tensor token_embedding() const { return wte ? wte->weight : torch::Tensor(); }
 
  private:
-  torch::Tensor hidden(const torch::Tensor& idx);  // through ln_f, [B, T(/tp), C]
+  torch::Tensor logits(const torch::Tensor& x);  // x after the blocks -> [B, T, vocab/tp]
   models::GPTConfig config_;
   TensorParallelOptions tp_;
+  GptPart part_;
   VocabParallelEmbedding wte{nullptr};
   torch::Tensor wpe_;  // [block_size, C], registered as "wpe.weight"
-  torch::nn::Sequential h{nullptr};
+  std::vector<torch::nn::AnyModule> blocks_;  // by dense index; empty where not held
   torch::nn::Module* ln_f_ = nullptr;
 };
 TORCH_MODULE(TensorParallelGPT);

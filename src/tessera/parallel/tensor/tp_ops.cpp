@@ -21,7 +21,7 @@ comm::ProcessGroup& from_handle(AutogradContext* ctx) {
   return *reinterpret_cast<comm::ProcessGroup*>(ctx->saved_data["group"].toInt());
 }
 
-int64_t checked_dim(const torch::Tensor& x, int64_t dim, const comm::ProcessGroup& g) {
+int64_t checked_dim(const torch::Tensor& x, int64_t dim) {
   const int64_t d = dim < 0 ? dim + x.dim() : dim;
   TS_CHECK(d >= 0 && d < x.dim(), "tensor parallel: dimension ", dim, " is outside a ", x.dim(),
            "-d tensor");
@@ -81,7 +81,7 @@ struct Along : Function<Along<F, B>> {
 
 torch::Tensor all_gather_along(const torch::Tensor& x, int64_t dim, comm::ProcessGroup& g) {
   if (g.size() == 1) return x;
-  const int64_t d = checked_dim(x, dim, g);
+  const int64_t d = checked_dim(x, dim);
   auto in = x.contiguous();
   std::vector<torch::Tensor> parts;
   for (int r = 0; r < g.size(); ++r) parts.push_back(torch::empty_like(in));
@@ -91,7 +91,7 @@ torch::Tensor all_gather_along(const torch::Tensor& x, int64_t dim, comm::Proces
 
 torch::Tensor slice_along(const torch::Tensor& x, int64_t dim, comm::ProcessGroup& g) {
   if (g.size() == 1) return x;
-  const int64_t d = checked_dim(x, dim, g);
+  const int64_t d = checked_dim(x, dim);
   TS_CHECK(x.size(d) % g.size() == 0, "tensor parallel: dimension ", d, " of size ", x.size(d),
            " does not split evenly over ", g.size(), " ranks");
   return x.chunk(g.size(), d)[static_cast<size_t>(g.rank())].contiguous();
@@ -99,7 +99,7 @@ torch::Tensor slice_along(const torch::Tensor& x, int64_t dim, comm::ProcessGrou
 
 torch::Tensor reduce_scatter_along(const torch::Tensor& x, int64_t dim, comm::ProcessGroup& g) {
   if (g.size() == 1) return x;
-  const int64_t d = checked_dim(x, dim, g);
+  const int64_t d = checked_dim(x, dim);
   TS_CHECK(x.size(d) % g.size() == 0, "tensor parallel: dimension ", d, " of size ", x.size(d),
            " does not split evenly over ", g.size(), " ranks");
   // reduce_scatter splits the flat tensor in rank order: move `dim` to the front

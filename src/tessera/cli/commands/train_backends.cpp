@@ -1,0 +1,170 @@
+// The two TrainBackends of `tessera train` (train_backend.h).
+#include <ATen/ATen.h>
+
+#include <cstdio>
+
+#include "tessera/cli/commands/train_backend.h"
+#include "tessera/comm/init.h"
+#include "tessera/core/check.h"
+#include "tessera/data/byte_text_dataset.h"
+#include "tessera/parallel/topology.h"
+#include "tessera/runtime/model_parallel/model_parallel_engine.h"
+
+namespace tessera::cli {
+namespace {
+
+void join_job(const runtime::Config& cfg) {
+  InitOptions init_options;
+  if (cfg.comm_timeout > 0) init_options.timeout_seconds = cfg.comm_timeout;
+  init(init_options);
+  // Per-rank seed: dropout masks differ between ranks like in any DDP job.
+  torch::manual_seed(cfg.seed + static_cast<uint64_t>(default_group()->rank()));
+  at::set_num_threads(1);
+}
+
+void print_sample(const at::Tensor& out) {
+  std::printf("--- sample ---\n%s\n--- end of sample ---\n", data::bytes_to_string(out[0]).c_str());
+}
+
+at::Tensor prompt_tensor(const std::string& p) {
+  auto prompt = at::empty({static_cast<int64_t>(p.size())}, at::kLong);
+  for (size_t i = 0; i < p.size(); ++i) prompt[i] = static_cast<int64_t>(static_cast<uint8_t>(p[i]));
+  return prompt;
+}
+
+// DDP or ZeRO through the Engine; the model is the dense GPT on every rank.
+class DataParallelBackend : public TrainBackend {
+ public:
+  DataParallelBackend(const runtime::Config& cfg, const TrainSettings& s)
+      : group_(default_group()), model_(s.model),
+        engine_(initialize(model_, cfg, group_)),
+        micro_(cfg.train_micro_batch_size_per_gpu), accum_(cfg.gradient_accumulation_steps) {}
+
+  double train_step(TrainData& data) override {
+    double sum = 0;
+    for (int64_t m = 0; m < accum_; ++m) {
+      auto [x, y] = data.next_batch(micro_);
+      auto loss = model_->loss(x, y);
+      engine_.backward(loss);
+      engine_.step();
+      sum += loss.item<double>();
+    }
+    return sum / static_cast<double>(accum_);
+  }
+  double mean_over_job(double local) override {
+    auto t = at::full({1}, local, at::kDouble);
+    group_->all_reduce(t, comm::ReduceOp::kAvg)->wait();
+    return t.item<double>();
+  }
+  double evaluate(TrainData& data, int64_t iters) override {
+    if (!data.has_val()) return -1;
+    at::NoGradGuard no_grad;
+    model_->eval();
+    double sum = 0;
+    for (int64_t i = 0; i < iters; ++i) {
+      auto [x, y] = data.eval_batch(i, micro_);
+      sum += model_->loss(x, y).item<double>();
+    }
+    model_->train();
+    return mean_over_job(sum / static_cast<double>(iters));
+  }
+  void save(const std::string& dir, const nlohmann::json& client, int keep_last) override {
+    engine_.save_checkpoint(dir, client, keep_last);
+  }
+  nlohmann::json load(const std::string& dir) override { return engine_.load_checkpoint(dir); }
+  void sample(const std::string& prompt, int64_t length, uint64_t seed) override {
+    // Under ZeRO stage 3 the weights are sharded: every rank gathers them so
+    // that rank 0 alone can sample.
+    if (engine_.zero_stage() == 3) engine_.zero().gather_all();
+    if (group_->rank() == 0) print_sample(model_->generate(prompt_tensor(prompt), length, 0.8, 0, seed));
+    if (engine_.zero_stage() == 3) engine_.zero().release_all();
+  }
+
+  int64_t global_steps() const override { return engine_.global_steps(); }
+  double lr() const override { return engine_.lr(); }
+  double grad_norm() const override { return engine_.last_grad_norm(); }
+  int64_t num_parameters() const override { return model_->num_parameters(); }
+  runtime::MemoryStats memory_stats() const override { return engine_.memory_stats(); }
+  comm::CommStats comm_stats() const override { return engine_.comm_stats(); }
+  std::string describe() const override { return c10::str("ZeRO stage ", engine_.zero_stage()); }
+  int rank() const override { return group_->rank(); }
+  int world() const override { return group_->size(); }
+
+ private:
+  std::shared_ptr<comm::ProcessGroup> group_;
+  models::GPT model_;
+  runtime::Engine engine_;
+  int64_t micro_, accum_;
+};
+
+// Tensor, pipeline and data parallel through the ModelParallelEngine.
+class ModelParallelBackend : public TrainBackend {
+ public:
+  ModelParallelBackend(const runtime::Config& cfg, const TrainSettings& s)
+      : engine_(s.model, cfg, default_group()),
+        batch_(cfg.train_micro_batch_size_per_gpu * cfg.gradient_accumulation_steps) {}
+
+  double train_step(TrainData& data) override {
+    auto [x, y] = data.next_batch(batch_);  // the accumulation's micro-batches, in order
+    return engine_.train_step(x, y);        // already the global mean
+  }
+  double mean_over_job(double local) override { return local; }
+  double evaluate(TrainData& data, int64_t iters) override {
+    if (!data.has_val()) return -1;
+    std::vector<at::Tensor> xs, ys;
+    for (int64_t i = 0; i < iters; ++i) {
+      auto [x, y] = data.eval_batch(i, engine_.config().train_micro_batch_size_per_gpu);
+      xs.push_back(x);
+      ys.push_back(y);
+    }
+    return engine_.evaluate(at::cat(xs), at::cat(ys));
+  }
+  void save(const std::string& dir, const nlohmann::json& client, int keep_last) override {
+    engine_.save_checkpoint(dir, client, keep_last);
+  }
+  nlohmann::json load(const std::string& dir) override { return engine_.load_checkpoint(dir); }
+  void sample(const std::string&, int64_t, uint64_t) override {
+    if (rank() == 0) {
+      std::printf("(no text sample under tensor or pipeline parallelism: consolidate the last "
+                  "checkpoint with `tessera ckpt consolidate` and sample from the dense model)\n");
+    }
+  }
+
+  int64_t global_steps() const override { return engine_.global_steps(); }
+  double lr() const override { return engine_.lr(); }
+  double grad_norm() const override { return engine_.last_grad_norm(); }
+  int64_t num_parameters() const override { return engine_.num_parameters(); }
+  runtime::MemoryStats memory_stats() const override { return engine_.memory_stats(); }
+  comm::CommStats comm_stats() const override { return engine_.comm_stats(); }
+  std::string describe() const override {
+    return engine_.mesh().topology().describe() + ", " +
+           engine_.config().model_parallel.pipeline_schedule;
+  }
+  int rank() const override { return engine_.mesh().world()->rank(); }
+  int world() const override { return engine_.mesh().world()->size(); }
+
+ private:
+  runtime::ModelParallelEngine engine_;
+  int64_t batch_;
+};
+
+}  // namespace
+
+DataShard check_train_layout(runtime::Config& cfg, const TrainSettings& s, int world, int rank) {
+  if (!cfg.model_parallel.enabled()) {
+    cfg.resolve_batch(world);
+    return {world, rank};
+  }
+  const int dp = runtime::ModelParallelEngine::check_layout(s.model, cfg, world);
+  const auto& mp = cfg.model_parallel;
+  const parallel::Topology t(world, mp.tensor_model_parallel_size, mp.pipeline_model_parallel_size);
+  return {dp, t.coord(rank).dp};
+}
+
+std::unique_ptr<TrainBackend> make_train_backend(const runtime::Config& cfg, const TrainSettings& s) {
+  join_job(cfg);
+  if (cfg.model_parallel.enabled()) return std::make_unique<ModelParallelBackend>(cfg, s);
+  return std::make_unique<DataParallelBackend>(cfg, s);
+}
+
+}  // namespace tessera::cli

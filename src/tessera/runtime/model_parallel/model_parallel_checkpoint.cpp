@@ -1,0 +1,246 @@
+// ModelParallelEngine::save_checkpoint / load_checkpoint: the data-parallel
+// Engine's universal format (engine_checkpoint.cpp), with tensor-parallel slices
+// as pieces of the dense tensors.
+//   rank_<r>.tsr  on the ranks of data-parallel replica 0: the pieces of
+//                 "model.<name>" and "optim.<name>.<field>" this rank's slice holds
+//                 (one flat range per row block; a column-split weight is
+//                 gathered over the tensor-parallel group and written whole by
+//                 its rank 0), skipping duplicates (the last stage's tied
+//                 embedding, whole parameters on tensor-parallel ranks > 0);
+//                 and on every rank "rng.cpu"
+//   manifest      the Engine's metadata plus the layout that saved it
+// Loading reads each dense tensor whole and keeps this rank's slice, so any
+// layout (or the data-parallel Engine) loads what any other saved.
+#include <ATen/ATen.h>
+
+#include <map>
+
+#include "tessera/checkpoint/checkpoint_writer.h"
+#include "tessera/checkpoint/group_coordinator.h"
+#include "tessera/checkpoint/sharded_tensors.h"
+#include "tessera/core/check.h"
+#include "tessera/parallel/tensor/tp_gpt.h"
+#include "tessera/parallel/tensor/tp_ops.h"
+#include "tessera/runtime/checkpoint_steps.h"
+#include "tessera/runtime/model_parallel/model_parallel_engine.h"
+#include "tessera/runtime/optimizer_state.h"
+
+namespace tessera::runtime {
+namespace {
+
+using nlohmann::json;
+using parallel::DenseSlice;
+
+// The dense tensor's shape, from this rank's slice of it.
+std::vector<int64_t> dense_shape(const at::Tensor& local, DenseSlice slice, int size) {
+  auto shape = local.sizes().vec();
+  if (slice.kind == DenseSlice::Kind::kRows) shape[0] *= size;
+  if (slice.kind == DenseSlice::Kind::kColumns) shape[1] *= size;
+  return shape;
+}
+
+// `local` (rank `rank`'s rows of each of slice.blocks row blocks of a dense
+// tensor of `full` shape) as flat ranges of the dense tensor.
+void add_row_pieces(const std::string& name, const at::Tensor& local, DenseSlice slice, int rank,
+                    int size, std::vector<checkpoint::TensorPiece>& out) {
+  const auto full = dense_shape(local, slice, size);
+  if (slice.kind == DenseSlice::Kind::kWhole) {
+    out.push_back({name, local, full, 0});
+    return;
+  }
+  const int64_t rows = full[0], per_block = rows / slice.blocks, mine = per_block / size;
+  const int64_t row_numel = local.dim() > 1 ? local.numel() / local.size(0) : 1;
+  for (int64_t b = 0; b < slice.blocks; ++b) {
+    const int64_t dense_row = b * per_block + rank * mine;
+    out.push_back({name, local.narrow(0, b * mine, mine), full, dense_row * row_numel});
+  }
+}
+
+// The name a unit's shard goes by while its optimizer state is staged.
+constexpr const char* kShard = "shard";
+
+}  // namespace
+
+checkpoint::NamedTensors ModelParallelEngine::whole_optimizer_state() {
+  if (units_.empty()) return optimizer_state(*optimizer_, params_, kCheckpointOptimPrefix);
+  checkpoint::NamedTensors out;
+  for (auto& u : units_) {
+    const auto& part = u->partition();
+    const auto fields = optimizer_state(*optimizer_, NamedParams{{kShard}, {u->shard()}}, "");
+    for (const auto& [key, value] : fields) {
+      const std::string field = key.substr(std::string(kShard).size() + 1);
+      if (field == "step") {  // one scalar for the whole unit
+        for (const auto& name : u->names()) out.emplace_back(kCheckpointOptimPrefix + name + ".step", value);
+        continue;
+      }
+      at::Tensor whole = at::empty({part.padded_numel()}, value.options());
+      mesh_.dp()->all_gather_into(whole, value.contiguous())->wait();
+      for (size_t i = 0; i < u->names().size(); ++i) {
+        out.emplace_back(kCheckpointOptimPrefix + u->names()[i] + "." + field,
+                         whole.narrow(0, part.offset(i), part.numel(i)).view(u->params()[i].sizes()));
+      }
+    }
+  }
+  return out;
+}
+
+StagedOptimizerState ModelParallelEngine::stage_sharded_state(const checkpoint::NamedTensors& whole) {
+  std::map<std::string, at::Tensor> by_name(whole.begin(), whole.end());
+  auto find = [&](const std::string& key) -> const at::Tensor& {
+    auto it = by_name.find(key);
+    TS_CHECK_T(CheckpointError, it != by_name.end(), "checkpoint has no tensor '", key,
+               "'; was it saved with the same optimizer?");
+    return it->second;
+  };
+  StagedOptimizerState staged;
+  for (auto& u : units_) {
+    // The fields the unit's first parameter has (none: no step was taken yet).
+    const std::string base = kCheckpointOptimPrefix + u->names()[0] + ".";
+    const auto options = u->shard().options().requires_grad(false);
+    checkpoint::NamedTensors fields;
+    for (const auto& [key, t] : whole) {
+      if (key.rfind(base, 0) != 0) continue;
+      const std::string field = key.substr(base.size());
+      if (field == "step") {
+        fields.emplace_back(std::string(kShard) + ".step", t);
+        continue;
+      }
+      at::Tensor shard = at::zeros({u->partition().shard_numel()}, options);
+      for (const zero::Piece& p : u->partition().pieces_of_rank(data_parallel_rank())) {
+        const at::Tensor& src = find(kCheckpointOptimPrefix + u->names()[p.param] + "." + field);
+        shard.narrow(0, p.shard_offset, p.numel).copy_(src.reshape({-1}).narrow(0, p.param_offset, p.numel));
+      }
+      fields.emplace_back(std::string(kShard) + "." + field, shard);
+    }
+    auto one = stage_optimizer_state(*optimizer_, NamedParams{{kShard}, {u->shard()}}, fields, "");
+    for (auto& k : one.keys) staged.keys.push_back(std::move(k));
+    for (auto& st : one.states) staged.states.push_back(std::move(st));
+  }
+  return staged;
+}
+
+std::string ModelParallelEngine::save_checkpoint(const std::string& dir, const json& client_state,
+                                                 int keep_last) {
+  checkpoint::CheckpointState state;
+  const int tp_rank = mesh_.coord().tp, tp_size = mesh_.topology().tp();
+  const auto opt = whole_optimizer_state();  // collective over dp under ZeRO-1
+  if (mesh_.coord().dp == 0) {
+    for (size_t i = 0; i < params_.names.size(); ++i) {
+      const std::string& name = params_.names[i];
+      if (stage_->is_duplicate(name)) continue;
+      const DenseSlice slice = parallel::dense_slice_of(name);
+      // The tensor and its optimizer fields, in the same slicing.
+      std::vector<std::pair<std::string, at::Tensor>> tensors{
+          {kCheckpointModelPrefix + name, params_.params[i].detach()}};
+      const std::string base = kCheckpointOptimPrefix + name + ".";
+      for (const auto& [key, t] : opt) {
+        if (key.rfind(base, 0) == 0 && key.find('.', base.size()) == std::string::npos) {
+          tensors.emplace_back(key, t);
+        }
+      }
+      for (auto& [key, t] : tensors) {
+        const bool sliced = t.sizes() == params_.params[i].sizes();
+        if (!sliced) {  // a scalar (Adam's step): whole
+          state.pieces.push_back({key, t, t.sizes().vec(), 0});
+        } else if (slice.kind == DenseSlice::Kind::kColumns) {
+          // Column slices are not flat ranges: gather the dense tensor (every
+          // tp rank takes part), tp rank 0 writes it.
+          at::Tensor dense = parallel::all_gather_along(t.contiguous(), 1, *mesh_.tp());
+          if (tp_rank == 0) state.pieces.push_back({key, dense, dense.sizes().vec(), 0});
+        } else {
+          add_row_pieces(key, t, slice, tp_rank, tp_size, state.pieces);
+        }
+      }
+    }
+  }
+  state.per_rank.emplace_back(kCheckpointRngName, cpu_rng_state());
+  const auto& mp = config_.model_parallel;
+  state.metadata = {{"format", kCheckpointFormatVersion},
+                    {"global_steps", global_steps_},
+                    {"micro_steps", global_steps_ * config_.gradient_accumulation_steps},
+                    {"gradient_accumulation_steps", config_.gradient_accumulation_steps},
+                    {"world_size", mesh_.topology().world()},
+                    {"zero_stage", config_.zero.stage},
+                    {"tensor_model_parallel_size", mp.tensor_model_parallel_size},
+                    {"pipeline_model_parallel_size", mp.pipeline_model_parallel_size},
+                    {"virtual_pipeline_model_parallel_size", mp.virtual_pipeline_model_parallel_size},
+                    {"optimizer", optimizer_type_name(*optimizer_)},
+                    {"scheduler", config_.scheduler.type},
+                    {"client_state", client_state}};
+  checkpoint::CheckpointWriterOptions options;
+  options.keep_last = keep_last;
+  checkpoint::CheckpointWriter writer(dir, checkpoint::make_group_coordinator(mesh_.world()),
+                                      options);
+  return writer.save(global_steps_, state);
+}
+
+json ModelParallelEngine::load_checkpoint(const std::string& dir) {
+  auto coordinator = checkpoint::make_group_coordinator(mesh_.world());
+  const std::string chosen = agree_on_step(dir, *coordinator);
+  const int tp_rank = mesh_.coord().tp, tp_size = mesh_.topology().tp();
+
+  // Phase 1: read and check everything; nothing changes yet.
+  json metadata;
+  std::vector<at::Tensor> values;
+  StagedOptimizerState staged;
+  at::Tensor rng;
+  std::string error;
+  try {
+    auto reader = checkpoint::CheckpointReader::open(chosen,
+                                                     checkpoint::CheckpointReader::Verify::kIndex);
+    metadata = reader.metadata();
+    check_checkpoint_metadata(metadata, chosen, optimizer_type_name(*optimizer_));
+    const int64_t saved_accum = metadata.value("gradient_accumulation_steps",
+                                               config_.gradient_accumulation_steps);
+    const int64_t saved_global = metadata.value("global_steps", int64_t{0});
+    TS_CHECK_T(CheckpointError,
+               metadata.value("micro_steps", int64_t{0}) == saved_global * saved_accum,
+               "checkpoint '", chosen, "' was taken in the middle of a gradient accumulation; "
+               "the model-parallel engine resumes only at optimizer-step boundaries");
+    const checkpoint::CheckpointTensors all(reader);
+    const auto saved = all.tensors();
+    checkpoint::NamedTensors opt;
+    for (size_t i = 0; i < params_.names.size(); ++i) {
+      const std::string& name = params_.names[i];
+      const at::Tensor& p = params_.params[i];
+      const DenseSlice slice = parallel::dense_slice_of(name);
+      const auto full = dense_shape(p, slice, tp_size);
+      check_saved_shape(all, kCheckpointModelPrefix + name, full);
+      values.push_back(
+          parallel::dense_slice(all.read(kCheckpointModelPrefix + name), slice, tp_rank, tp_size)
+              .clone());
+      const std::string base = kCheckpointOptimPrefix + name + ".";
+      for (const auto& info : saved) {
+        if (info.name.rfind(base, 0) != 0 || info.name.find('.', base.size()) != std::string::npos) {
+          continue;
+        }
+        at::Tensor t = all.read(info.name);
+        if (at::IntArrayRef(info.shape) == at::IntArrayRef(full)) {
+          t = parallel::dense_slice(t, slice, tp_rank, tp_size).clone();
+        }
+        opt.emplace_back(info.name, t);
+      }
+    }
+    staged = units_.empty() ? stage_optimizer_state(*optimizer_, params_, opt, kCheckpointOptimPrefix)
+                            : stage_sharded_state(opt);
+    const int rank = mesh_.world()->rank();
+    if (rank < reader.world_size()) rng = saved_rng(reader, rank);
+  } catch (const Error& e) {
+    error = e.what_without_backtrace();
+  } catch (const c10::Error& e) {
+    error = e.what_without_backtrace();
+  }
+  raise_if_any_failed(*coordinator, error, chosen);
+  // Phase 2: copy in place.
+  {
+    at::NoGradGuard no_grad;
+    for (size_t i = 0; i < values.size(); ++i) params_.params[i].copy_(values[i]);
+  }
+  install_optimizer_state(*optimizer_, std::move(staged));
+  if (rng.defined()) set_cpu_rng_state(rng);
+  global_steps_ = metadata.value("global_steps", int64_t{0});
+  apply_schedule();
+  return metadata.value("client_state", json::object());
+}
+
+}  // namespace tessera::runtime

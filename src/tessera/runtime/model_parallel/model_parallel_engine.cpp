@@ -1,0 +1,285 @@
+#include "tessera/runtime/model_parallel/model_parallel_engine.h"
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+
+#include "tessera/core/check.h"
+#include "tessera/parallel/pipeline/pipeline_schedule.h"
+#include "tessera/parallel/tensor/tp_gpt.h"
+#include "tessera/runtime/optimizer_factory.h"
+#include "tessera/runtime/optimizer_state.h"
+#include "tessera/runtime/storage_bytes.h"
+
+namespace tessera::runtime {
+namespace {
+
+// The dense GPT's parameter names, from a GPT of the same depth and bias
+// setting but minimal width (names do not depend on sizes).
+std::vector<std::string> dense_names(const models::GPTConfig& model) {
+  models::GPTConfig tiny = model;
+  tiny.vocab_size = 1;
+  tiny.block_size = 1;
+  tiny.n_head = 1;
+  tiny.n_embd = 1;
+  std::vector<std::string> out;
+  for (const auto& p : models::GPT(tiny)->named_parameters(true)) out.push_back(p.key());
+  return out;
+}
+
+// A weight_decay_exclude pattern the user wrote must match a parameter of the
+// whole model; a stage that lacks what it names is not an error.
+void check_exclude_patterns(const OptimizerConfig& c, const models::GPTConfig& model) {
+  if (!c.weight_decay_exclude_set || c.weight_decay <= 0) return;
+  const auto names = dense_names(model);
+  for (const auto& pattern : c.weight_decay_exclude) {
+    bool used = false;
+    for (const auto& n : names) used = used || glob_match(pattern, n);
+    TS_CHECK_T(ConfigError, used, "config 'optimizer.params.weight_decay_exclude' pattern '",
+               pattern, "' matches no parameter of the GPT; names look like '", names.front(),
+               "' (`*` matches any characters)");
+  }
+}
+
+parallel::ProcessMesh checked_mesh(const models::GPTConfig& model, Config& config,
+                                   const std::shared_ptr<comm::ProcessGroup>& world) {
+  TS_CHECK_T(ConfigError, world != nullptr, "ModelParallelEngine needs a process group");
+  ModelParallelEngine::check_layout(model, config, world->size());
+  const auto& mp = config.model_parallel;
+  return parallel::ProcessMesh::build(world, mp.tensor_model_parallel_size,
+                                      mp.pipeline_model_parallel_size);
+}
+
+}  // namespace
+
+int ModelParallelEngine::check_layout(const models::GPTConfig& model, Config& config, int world) {
+  const auto& mp = config.model_parallel;
+  const int tp = mp.tensor_model_parallel_size, pp = mp.pipeline_model_parallel_size;
+  const int v = mp.virtual_pipeline_model_parallel_size;
+  const int dp = mp.data_parallel_size(world);
+  parallel::split_layers(model.n_layer, pp, v);
+  if (v > 1) {
+    TS_CHECK_T(ConfigError, model.n_layer % pp == 0 && (model.n_layer / pp) % v == 0,
+               "virtual_pipeline_model_parallel_size ", v, " does not divide the layers per ",
+               "pipeline stage (model.n_layer ", model.n_layer, " / pipeline_model_parallel_size ",
+               pp, "); every virtual stage needs the same number of layers");
+  }
+  parallel::check_tensor_parallel_layout(model, tp, mp.sequence_parallel);
+  TS_CHECK_T(ConfigError, config.zero.stage <= 1, "zero_optimization.stage ", config.zero.stage,
+             " is not supported together with tensor or pipeline parallelism yet; use stage 1 "
+             "(optimizer state sharded over the data-parallel group) or 0");
+  config.resolve_batch(dp);
+  // Builds the schedule once, so a micro-batch count it cannot run fails here.
+  parallel::make_pipeline_schedule(mp.pipeline_schedule, pp,
+                                   static_cast<int>(config.gradient_accumulation_steps), v);
+  check_exclude_patterns(config.optimizer, model);
+  return dp;
+}
+
+ModelParallelEngine::ModelParallelEngine(const models::GPTConfig& model, Config config,
+                                         std::shared_ptr<comm::ProcessGroup> world)
+    : config_(std::move(config)), model_(model), mesh_(checked_mesh(model_, config_, world)),
+      schedule_(config_.scheduler) {
+  const auto& mp = config_.model_parallel;
+  const int v = mp.virtual_pipeline_model_parallel_size;
+  stage_ = std::make_unique<parallel::GptPipelineStage>(model_, mesh_, v, mp.sequence_parallel);
+  executor_ = std::make_unique<parallel::PipelineExecutor>(
+      mesh_.pp(),
+      parallel::make_pipeline_schedule(mp.pipeline_schedule, mesh_.topology().pp(),
+                                       static_cast<int>(config_.gradient_accumulation_steps), v),
+      v);
+  for (auto& [name, t] : stage_->named_parameters()) {
+    params_.names.push_back(name);
+    params_.params.push_back(t);
+  }
+  // Patterns were checked against the whole model; a stage may lack some.
+  OptimizerConfig local = config_.optimizer;
+  local.weight_decay_exclude_set = false;
+  if (config_.zero.stage == 1) {
+    // ZeRO-1: each group's parameters in one flat unit sharded over dp; the
+    // optimizer steps the shards. params_ lists the parameters in unit order.
+    std::vector<torch::optim::OptimizerParamGroup> groups;
+    NamedParams ordered;
+    for (auto& spec : config_param_groups(local, params_)) {
+      if (spec.params.params.empty()) continue;
+      units_.push_back(std::make_unique<zero::FlatUnit>(spec.params.names, spec.params.params, 1,
+                                                        data_parallel_rank(),
+                                                        data_parallel_size()));
+      std::vector<at::Tensor> shard{units_.back()->shard()};
+      if (spec.options) {
+        groups.emplace_back(std::move(shard), std::move(spec.options));
+      } else {
+        groups.emplace_back(std::move(shard));
+      }
+      for (size_t i = 0; i < spec.params.params.size(); ++i) {
+        ordered.names.push_back(spec.params.names[i]);
+        ordered.params.push_back(spec.params.params[i]);
+      }
+    }
+    optimizer_ = make_optimizer(local, std::move(groups));
+    params_ = std::move(ordered);
+  } else {
+    optimizer_ = make_optimizer(local, params_);
+    // The optimizer's own order (decay group, then no-decay), for checkpoints.
+    NamedParams ordered;
+    for (const auto& g : optimizer_->param_groups()) {
+      for (const auto& p : g.params()) {
+        for (size_t i = 0; i < params_.params.size(); ++i) {
+          if (params_.params[i].is_same(p)) {
+            ordered.names.push_back(params_.names[i]);
+            ordered.params.push_back(p);
+          }
+        }
+      }
+    }
+    params_ = std::move(ordered);
+  }
+  for (const auto& g : optimizer_->param_groups()) group_lrs_.push_back(g.options().get_lr());
+  apply_schedule();
+  stage_->set_gradient_reduction([this] { average_over_data_parallel(); });
+  stage_->set_optimizer([this] { optimizer_step(); });
+  // Whole-model size: each rank's own parameters, duplicates once, over one replica.
+  double own = 0;
+  for (size_t i = 0; i < params_.names.size(); ++i) {
+    if (!stage_->is_duplicate(params_.names[i])) own += static_cast<double>(params_.params[i].numel());
+  }
+  num_parameters_ = static_cast<int64_t>(world_sum(own) / data_parallel_size() + 0.5);
+}
+
+double ModelParallelEngine::world_sum(double local) {
+  auto t = at::full({1}, local, at::kDouble);
+  mesh_.world()->all_reduce(t)->wait();
+  return t.item<double>();
+}
+
+double ModelParallelEngine::train_step(const at::Tensor& ids, const at::Tensor& targets) {
+  const int64_t m = config_.gradient_accumulation_steps;
+  const int64_t want = m * config_.train_micro_batch_size_per_gpu;
+  TS_CHECK(ids.dim() == 2 && ids.size(0) == want && targets.sizes() == ids.sizes(),
+           "ModelParallelEngine::train_step wants ids and targets of [", want,
+           ", T] (gradient_accumulation_steps x train_micro_batch_size_per_gpu), got ",
+           ids.sizes(), " and ", targets.sizes());
+  stage_->set_batch(ids, targets, static_cast<int>(m));
+  if (units_.empty()) optimizer_->zero_grad();
+  for (auto& u : units_) u->zero_grad();  // the flat gradients, .grad views rebound
+  last_ = executor_->run(*stage_);
+  // The loss lives on the last stage, the same on each of its tp ranks.
+  const bool counts = last_.has_loss && mesh_.coord().tp == 0;
+  return world_sum(counts ? last_.loss : 0.0) / data_parallel_size();
+}
+
+double ModelParallelEngine::evaluate(const at::Tensor& ids, const at::Tensor& targets) {
+  const int64_t micro = config_.train_micro_batch_size_per_gpu;
+  TS_CHECK(ids.dim() == 2 && ids.size(0) % micro == 0 && targets.sizes() == ids.sizes(),
+           "ModelParallelEngine::evaluate wants ids and targets of [n x ", micro, ", T], got ",
+           ids.sizes(), " and ", targets.sizes());
+  const int n = static_cast<int>(ids.size(0) / micro);
+  stage_->set_batch(ids, targets, n);
+  const auto r = executor_->evaluate(*stage_, n);
+  const bool counts = r.has_loss && mesh_.coord().tp == 0;
+  return world_sum(counts ? r.loss : 0.0) / data_parallel_size();
+}
+
+void ModelParallelEngine::average_over_data_parallel() {
+  if (!units_.empty()) {  // ZeRO-1: each rank ends with its shard's mean gradient
+    for (auto& u : units_) u->launch_reduce(*mesh_.dp(), config_.zero.reduce_scatter);
+    for (auto& u : units_) u->finish_reduce();
+    return;
+  }
+  if (data_parallel_size() == 1) return;
+  at::NoGradGuard no_grad;
+  // Buckets of bucket_cap_mb, each one flat all-reduce.
+  const int64_t cap = static_cast<int64_t>(config_.data_parallel.bucket_cap_mb * 1048576.0 / 4.0);
+  std::vector<at::Tensor> bucket;
+  int64_t filled = 0;
+  auto flush = [&] {
+    if (bucket.empty()) return;
+    std::vector<at::Tensor> flat_views;
+    for (auto& g : bucket) flat_views.push_back(g.reshape({-1}));
+    auto flat = at::cat(flat_views);
+    mesh_.dp()->all_reduce(flat, comm::ReduceOp::kAvg)->wait();
+    int64_t at_ = 0;
+    for (auto& g : bucket) {
+      g.copy_(flat.narrow(0, at_, g.numel()).view_as(g));
+      at_ += g.numel();
+    }
+    bucket.clear();
+    filled = 0;
+  };
+  for (auto& p : params_.params) {
+    if (!p.grad().defined()) p.mutable_grad() = at::zeros_like(p);
+    bucket.push_back(p.mutable_grad());
+    filled += p.numel();
+    if (filled >= cap) flush();
+  }
+  flush();
+}
+
+double ModelParallelEngine::clip_gradients() {
+  at::NoGradGuard no_grad;
+  if (!units_.empty()) {
+    // The shards tile each replica's gradients once: no division by dp.
+    double sq = 0;
+    for (auto& u : units_) {
+      for (const zero::Piece& p : u->partition().pieces_of_rank(data_parallel_rank())) {
+        if (stage_->is_duplicate(u->names()[p.param])) continue;
+        sq += u->grad_shard().narrow(0, p.shard_offset, p.numel).to(at::kDouble).pow(2).sum().item<double>();
+      }
+    }
+    const double norm = std::sqrt(world_sum(sq));
+    const double max_norm = config_.gradient_clipping;
+    if (max_norm > 0 && norm > max_norm) {
+      for (auto& u : units_) u->grad_shard().mul_(max_norm / (norm + 1e-6));
+    }
+    return norm;
+  }
+  double sq = 0;
+  for (size_t i = 0; i < params_.params.size(); ++i) {
+    const auto& g = params_.params[i].grad();
+    if (!g.defined() || stage_->is_duplicate(params_.names[i])) continue;
+    sq += g.to(at::kDouble).pow(2).sum().item<double>();
+  }
+  // Replicas hold the same averaged gradients: one replica's share of the sum.
+  const double norm = std::sqrt(world_sum(sq) / data_parallel_size());
+  const double max_norm = config_.gradient_clipping;
+  if (max_norm > 0 && norm > max_norm) {
+    const double scale = max_norm / (norm + 1e-6);
+    for (auto& p : params_.params) {
+      if (p.grad().defined()) p.mutable_grad().mul_(scale);
+    }
+  }
+  return norm;
+}
+
+void ModelParallelEngine::optimizer_step() {
+  last_grad_norm_ = clip_gradients();
+  optimizer_->step();
+  for (auto& u : units_) u->launch_gather(*mesh_.dp());
+  for (auto& u : units_) u->finish_gather();
+  ++global_steps_;
+  apply_schedule();
+}
+
+void ModelParallelEngine::apply_schedule() {
+  if (!schedule_.active()) return;
+  const int64_t it = LrSchedule::iteration_after(global_steps_);
+  auto& groups = optimizer_->param_groups();
+  for (size_t g = 0; g < groups.size(); ++g) groups[g].options().set_lr(schedule_.lr_at(it, group_lrs_[g]));
+}
+
+double ModelParallelEngine::lr() const { return optimizer_->param_groups().at(0).options().get_lr(); }
+
+MemoryStats ModelParallelEngine::memory_stats() const {
+  MemoryStats m;
+  StorageBytes bytes;
+  for (const auto& p : params_.params) m.param_bytes += bytes(p);
+  for (const auto& u : units_) m.grad_bytes += u->grad_bytes();  // .grad are views into them
+  if (units_.empty()) {
+    for (const auto& p : params_.params) m.grad_bytes += bytes(p.grad());
+  }
+  m.optimizer_bytes = optimizer_state_bytes(*optimizer_);
+  m.peak_rss_bytes = peak_rss_bytes();
+  return m;
+}
+
+}  // namespace tessera::runtime

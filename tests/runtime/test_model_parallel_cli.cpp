@@ -1,0 +1,138 @@
+// Tensor, pipeline and data parallelism in real processes: `tessera run -n 4
+// tessera train` under tp4, pp4, tp2·pp2, tp2·dp2, pp2·dp2 (with DDP or ZeRO-1
+// over dp) and pp2 with interleaving (v = 2), with each pipeline schedule, ends
+// 10 steps later with the same parameters as `tessera train` in one process on
+// the same global batch (read back from each run's final checkpoint, which holds
+// the dense tensors whatever the layout). A layout that cannot work fails before any model is
+// built, on every rank, and the launcher exits non-zero.
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "tessera/checkpoint/checkpoint_reader.h"
+#include "tessera/checkpoint/sharded_tensors.h"
+#include "testing/files.h"
+#include "testing/subprocess.h"
+
+namespace tessera::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+class ModelParallelCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::ofstream text(dir_ / "corpus.txt");
+    for (int i = 0; i < 300; ++i) text << "pack my box with " << i % 5 << " dozen liquor jugs.\n";
+  }
+
+  // The same model, data and global batch (8) for every layout; `layout` adds
+  // the Megatron keys.
+  std::string config(const std::string& name, const std::string& layout) {
+    const std::string path = (dir_ / (name + ".json")).string();
+    std::ofstream(path) << "{" << layout << R"(
+      "train_batch_size": 8, "train_micro_batch_size_per_gpu": 1, "steps_per_print": 5,
+      "seed": 5, "gradient_clipping": 1.0,
+      "optimizer": {"type": "AdamW", "params": {"lr": 0.003, "weight_decay": 0.1}},
+      "scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 3}},
+      "model": {"n_layer": 4, "n_head": 4, "n_embd": 32, "block_size": 16, "dropout": 0.0,
+                "bias": false},
+      "data": {"path": ")" << (dir_ / "corpus.txt").string() << R"(", "val_fraction": 0.1},
+      "train": {"steps": 10, "eval_interval": 0, "eval_iters": 2, "checkpoint_interval": 5,
+                "sample_length": 0}})";
+    return path;
+  }
+
+  CommandResult train(const std::string& name, const std::string& layout, int ranks) {
+    const std::string bin = tessera_bin();
+    const std::string args = " train --config " + config(name, layout) + " --out " +
+                             (dir_ / name).string();
+    const std::string cmd =
+        ranks == 1 ? bin + args
+                   : bin + " run --master-port 0 -n " + std::to_string(ranks) + " " + bin + args;
+    return run_command("TESSERA_TIMEOUT=60 " + cmd + " 2>&1", 240);
+  }
+
+  // Largest |a - b| over every model tensor of two checkpoints (run/step_N).
+  double max_param_diff(const std::string& a, const std::string& b) {
+    auto ra = checkpoint::CheckpointReader::open((dir_ / a).string(),
+                                                 checkpoint::CheckpointReader::Verify::kFull);
+    auto rb = checkpoint::CheckpointReader::open((dir_ / b).string(),
+                                                 checkpoint::CheckpointReader::Verify::kFull);
+    checkpoint::CheckpointTensors ta(ra), tb(rb);
+    double worst = 0;
+    size_t count = 0;
+    for (const auto& info : tb.tensors()) count += info.name.rfind("model.", 0) == 0 ? 1 : 0;
+    for (const auto& info : ta.tensors()) {
+      if (info.name.rfind("model.", 0) != 0) continue;
+      worst = std::max(worst, (ta.read(info.name) - tb.read(info.name)).abs().max().item<double>());
+      --count;
+    }
+    EXPECT_EQ(count, 0u) << a << " and " << b << " hold different model tensors";
+    return worst;
+  }
+
+  TempDir tmp_{"mp_cli"};
+  fs::path dir_{tmp_.path()};
+};
+
+TEST_F(ModelParallelCli, EveryLayoutAtFourRanksEndsWhereOneProcessEnds) {
+  auto ref = train("ref", "", 1);
+  ASSERT_EQ(ref.exit_code, 0) << ref.output;
+  // The comparison can fail: five steps move the parameters far beyond the bound.
+  const double moved = max_param_diff("ref/step_5", "ref/step_10");
+  std::printf("[model parallel cli] one process, steps 5 to 10 moved parameters by up to %.3g\n",
+              moved);
+  EXPECT_GT(moved, 1e-2);
+  struct Layout {
+    const char* name;
+    const char* keys;
+  };
+  const Layout layouts[] = {
+      {"tp4", R"("tensor_model_parallel_size": 4,)"},
+      {"tp4_sp", R"("tensor_model_parallel_size": 4, "sequence_parallel": true,)"},
+      {"pp4_1f1b", R"("pipeline_model_parallel_size": 4,)"},
+      {"pp4_gpipe", R"("pipeline_model_parallel_size": 4, "pipeline_schedule": "gpipe",)"},
+      {"tp2_pp2_1f1b", R"("tensor_model_parallel_size": 2, "pipeline_model_parallel_size": 2,)"},
+      {"tp2_pp2_gpipe", R"("tensor_model_parallel_size": 2, "pipeline_model_parallel_size": 2,
+                           "pipeline_schedule": "gpipe",)"},
+      {"tp2_dp2", R"("tensor_model_parallel_size": 2,)"},
+      {"tp2_dp2_zero1", R"("tensor_model_parallel_size": 2, "zero_optimization": {"stage": 1},)"},
+      {"pp2_dp2_1f1b", R"("pipeline_model_parallel_size": 2,)"},
+      {"pp2_dp2_gpipe", R"("pipeline_model_parallel_size": 2, "pipeline_schedule": "gpipe",)"},
+      {"pp2_dp2_zero1", R"("pipeline_model_parallel_size": 2, "zero_optimization": {"stage": 1},)"},
+      {"pp2_v2", R"("pipeline_model_parallel_size": 2, "virtual_pipeline_model_parallel_size": 2,)"},
+  };
+  for (const auto& l : layouts) {
+    auto run = train(l.name, l.keys, 4);
+    ASSERT_EQ(run.exit_code, 0) << l.name << "\n" << run.output;
+    EXPECT_NE(run.output.find("step    10/10"), std::string::npos) << run.output;
+    const double d = max_param_diff("ref/step_10", std::string(l.name) + "/step_10");
+    std::printf("[model parallel cli] %-14s max |param - one process| after 10 steps: %.3g\n",
+                l.name, d);
+    EXPECT_LE(d, 1e-4) << l.name;
+  }
+}
+
+TEST_F(ModelParallelCli, BadLayoutFailsOnEveryRankBeforeAnyModelIsBuilt) {
+  auto run = train("bad", R"("tensor_model_parallel_size": 3,)", 4);
+  EXPECT_NE(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find("tensor_model_parallel_size 3 x pipeline_model_parallel_size 1 = 3 "
+                            "does not divide the world size 4"),
+            std::string::npos)
+      << run.output;
+  EXPECT_EQ(run.output.find("tessera train: GPT"), std::string::npos) << run.output;
+  EXPECT_FALSE(fs::exists(dir_ / "bad")) << "nothing may be written for a bad layout";
+  auto stages = train("stages", R"("pipeline_model_parallel_size": 4,
+                                    "virtual_pipeline_model_parallel_size": 2,)", 4);
+  EXPECT_NE(stages.exit_code, 0);
+  EXPECT_NE(stages.output.find("8 pipeline chunks but the model has only 4 layers"),
+            std::string::npos) << stages.output;
+}
+
+}  // namespace
+}  // namespace tessera::testing
