@@ -41,7 +41,7 @@ int main(int argc, char** argv) {
   auto world = tessera::default_group();
   const int p = world->size();
   auto mesh = ProcessMesh::build(world, 1, p);
-  GptPipelineStage stage(cfg, mesh, v);
+  GptPipelineStage stage(cfg, mesh, {v});
   torch::optim::AdamW opt(stage.parameters(), torch::optim::AdamWOptions(1e-4));
   stage.set_optimizer([&] { opt.step(); });
   PipelineExecutor exec(mesh.pp(), make_pipeline_schedule(schedule, p, m, v), v);

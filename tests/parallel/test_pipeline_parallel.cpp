@@ -69,13 +69,14 @@ std::map<std::string, torch::Tensor> reference(std::vector<double>* losses) {
 
 // tp > 1: each stage's blocks are also split over a tensor-parallel group
 // (sequence_parallel: the activations between stages too).
-void check_pipeline(int p, const std::string& schedule, int v, int tp = 1, bool sp = false) {
+void check_pipeline(int p, const std::string& schedule, int v, int tp = 1, bool sp = false,
+                    bool balanced = false) {
   std::vector<double> want_losses;
   const auto want = reference(&want_losses);
   run_ranks(p * tp, [&](int rank, int size, std::shared_ptr<comm::Store> store) {
     auto world = make_group(rank, size, store, "gloo");
     auto mesh = ProcessMesh::build(world, tp, p);
-    GptPipelineStage stage(small_gpt(), mesh, v, sp);
+    GptPipelineStage stage(small_gpt(), mesh, {v, sp, 0, balanced});
     torch::optim::AdamW opt(stage.parameters(), torch::optim::AdamWOptions(1e-2));
     stage.set_optimizer([&] { opt.step(); });
     PipelineExecutor exec(mesh.pp(), make_pipeline_schedule(schedule, p, kMicro, v), v);
@@ -126,6 +127,41 @@ TEST(PipelineParallel, WithTensorParallelStagesEqualsOneProcess) {
   check_pipeline(2, "interleaved", 2, /*tp=*/2);
 }
 
+TEST(PipelineParallel, StagesBalancedByParametersEqualOneProcess) {
+  check_pipeline(2, "1f1b", 1, 1, false, /*balanced=*/true);
+}
+
+TEST(PipelineParallel, BalancedSplitsEvenTheParameterCounts) {
+  // Blocks of 10 with an embedding of 25 on the first chunk and 15 on the last.
+  // The first chunk holds at least 35, which is the optimum.
+  const std::vector<int64_t> cost(8, 10);
+  const auto s = balanced_split(cost, 25, 15, 4);
+  ASSERT_EQ(s.size(), 4u);
+  int64_t worst = 0, begin = 0;
+  for (size_t k = 0; k < s.size(); ++k) {
+    EXPECT_EQ(s[k].first, begin);
+    EXPECT_GT(s[k].second, s[k].first);
+    worst = std::max(worst, 10 * (s[k].second - s[k].first) + (k == 0 ? 25 : 0) + (k == 3 ? 15 : 0));
+    begin = s[k].second;
+  }
+  EXPECT_EQ(begin, 8);
+  EXPECT_EQ(worst, 35);
+  EXPECT_EQ(balanced_split(cost, 0, 0, 4),
+            (std::vector<std::pair<int64_t, int64_t>>{{0, 2}, {2, 4}, {4, 6}, {6, 8}}));
+  EXPECT_THROW(balanced_split(cost, 0, 0, 9), ConfigError);
+  // A GPT whose vocabulary outweighs a block: the end stages get fewer blocks.
+  models::GPTConfig c;
+  c.vocab_size = 50304;
+  c.n_embd = 256;
+  c.n_head = 4;
+  c.n_layer = 12;
+  const auto split = split_layers_by_parameters(c, 4, 1);
+  ASSERT_EQ(split.size(), 4u);
+  EXPECT_LT(split.front().second - split.front().first, 3);
+  EXPECT_LT(split.back().second - split.back().first, 3);
+  EXPECT_EQ(split.back().second, 12);
+}
+
 TEST(PipelineParallel, ForwardOnlyEvaluationGivesTheReferenceLoss) {
   const auto c = small_gpt();
   auto gen = at::detail::createCPUGenerator(4);
@@ -138,7 +174,7 @@ TEST(PipelineParallel, ForwardOnlyEvaluationGivesTheReferenceLoss) {
   run_ranks(4, [&](int rank, int size, std::shared_ptr<comm::Store> store) {
     auto world = make_group(rank, size, store, "gloo");
     auto mesh = ProcessMesh::build(world, 2, 2);
-    GptPipelineStage stage(c, mesh, 2);
+    GptPipelineStage stage(c, mesh, {2});
     PipelineExecutor exec(mesh.pp(), make_pipeline_schedule("interleaved", 2, kMicro, 2), 2);
     stage.set_batch(ids, targets, kMicro);
     const auto r = exec.evaluate(stage, kMicro);

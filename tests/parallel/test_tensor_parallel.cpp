@@ -11,6 +11,7 @@
 
 #include "tessera/core/error.h"
 #include "tessera/parallel/process_mesh.h"
+#include "tessera/parallel/tensor/dropout_rng.h"
 #include "tessera/parallel/tensor/parallel_layers.h"
 #include "tessera/parallel/tensor/tp_gpt.h"
 #include "tessera/parallel/tensor/tp_ops.h"
@@ -190,6 +191,65 @@ TEST(TensorParallel, GptEqualsTheDenseGpt) {
     check_gpt(tp, false);
     check_gpt(tp, true);
   }
+}
+
+TEST(TensorParallel, DropoutStreamsAgreeWhereReplicatedAndDifferWhereSplit) {
+  DropoutRng a(7, /*tp=*/0, 0, 0), b(7, /*tp=*/1, 0, 0), other_replica(7, 0, /*dp=*/1, 0);
+  auto x = torch::ones({4096});
+  auto draw = [&](at::Generator& g) { return dropout_from(x, 0.25, true, g); };
+  EXPECT_TRUE(torch::equal(draw(a.replicated()), draw(b.replicated())));
+  EXPECT_FALSE(torch::equal(draw(a.split()), draw(b.split())));
+  EXPECT_FALSE(torch::equal(draw(a.replicated()), draw(other_replica.replicated())));
+  // Inverted dropout: a quarter zeroed, the rest scaled by 4/3; the mean kept.
+  auto y = draw(a.split());
+  const double zeros = (y == 0).to(torch::kDouble).mean().item<double>();
+  EXPECT_NEAR(zeros, 0.25, 0.03);
+  EXPECT_NEAR(y.max().item<double>(), 4.0 / 3.0, 1e-6);
+  EXPECT_TRUE(torch::equal(dropout_from(x, 0.25, /*training=*/false, a.split()), x));
+  // A state restores the streams: the next draws repeat.
+  auto saved = a.state();
+  auto first = draw(a.replicated()), first_split = draw(a.split());
+  a.set_state(saved);
+  EXPECT_TRUE(torch::equal(draw(a.replicated()), first));
+  EXPECT_TRUE(torch::equal(draw(a.split()), first_split));
+}
+
+// With dropout on, tp ranks keep the replicated residual stream identical (the
+// same masks), training draws new masks each step, and eval mode is the dense
+// GPT's (no dropout).
+TEST(TensorParallel, GptDropoutKeepsTheReplicatedStreamEqualAcrossRanks) {
+  run_ranks(2, [&](int rank, int size, std::shared_ptr<comm::Store> store) {
+    auto group = make_group(rank, size, store, "gloo");
+    models::GPTConfig c;
+    c.vocab_size = 64;
+    c.block_size = 16;
+    c.n_layer = 2;
+    c.n_head = 4;
+    c.n_embd = 32;
+    c.dropout = 0.2;
+    c.seed = 5;
+    auto rng = std::make_shared<DropoutRng>(11, rank, 0, 0);
+    TensorParallelGPT model(c, TensorParallelOptions{group, false, rng});
+    auto gen = at::detail::createCPUGenerator(3);
+    auto idx = torch::randint(c.vocab_size, {2, c.block_size}, gen);
+    auto targets = torch::randint(c.vocab_size, {2, c.block_size}, gen);
+    torch::NoGradGuard no_grad;
+    auto h = model->blocks(0, c.n_layer, model->embed(idx));
+    auto theirs = all_gather_along(h.unsqueeze(0), 0, *group);
+    EXPECT_TRUE(torch::equal(theirs[0], theirs[1])) << "replicated activations diverged";
+    const double l1 = model->loss(idx, targets).item<double>();
+    const double l2 = model->loss(idx, targets).item<double>();
+    EXPECT_NE(l1, l2) << "dropout drew the same masks twice";
+    model->eval();
+    c.dropout = 0.0;
+    models::GPT dense(c);
+    dense->eval();
+    EXPECT_NEAR(model->loss(idx, targets).item<double>(), dense->loss(idx, targets).item<double>(),
+                1e-5);
+    c.dropout = 0.2;
+    EXPECT_THROW(TensorParallelGPT(c, TensorParallelOptions{group, false}), ConfigError)
+        << "dropout without a DropoutRng";
+  });
 }
 
 TEST(TensorParallel, GptLayoutsThatDoNotSplitAreConfigErrors) {

@@ -203,5 +203,29 @@ TEST(Config, OptimizerVariantsAndWeightDecayExclusions) {
                    "must be an array of strings");
 }
 
+TEST(Config, ModelParallelKeys) {
+  Config c = Config::from_string(R"({"tensor_model_parallel_size": 2, "pipeline_model_parallel_size": 4,
+    "virtual_pipeline_model_parallel_size": 2, "sequence_parallel": true,
+    "pipeline_partition_method": "parameters"})");
+  EXPECT_EQ(c.model_parallel.tensor_model_parallel_size, 2);
+  EXPECT_EQ(c.model_parallel.pipeline_model_parallel_size, 4);
+  EXPECT_EQ(c.model_parallel.pipeline_schedule, "interleaved");  // implied by v > 1
+  EXPECT_TRUE(c.model_parallel.sequence_parallel);
+  EXPECT_TRUE(c.model_parallel.enabled());
+  EXPECT_EQ(c.model_parallel.data_parallel_size(16), 2);
+  EXPECT_THROW(c.model_parallel.data_parallel_size(12), ConfigError);
+  EXPECT_FALSE(Config::from_string("{}").model_parallel.enabled());
+  EXPECT_EQ(Config::from_string("{}").model_parallel.pipeline_schedule, "1f1b");
+  EXPECT_ERROR_HAS(R"({"tensor_model_parallel_size": 0})", "tensor_model_parallel_size");
+  EXPECT_ERROR_HAS(R"({"pipeline_schedule": "zigzag"})", "use 1f1b, gpipe or interleaved");
+  EXPECT_ERROR_HAS(R"({"pipeline_model_parallel_size": 2, "pipeline_schedule": "interleaved"})",
+                   "the interleaved schedule is the one that runs virtual stages");
+  EXPECT_ERROR_HAS(R"({"virtual_pipeline_model_parallel_size": 2})",
+                   "needs pipeline_model_parallel_size > 1");
+  EXPECT_ERROR_HAS(R"({"sequence_parallel": true})", "needs tensor_model_parallel_size > 1");
+  EXPECT_ERROR_HAS(R"({"pipeline_partition_method": "type:Block"})", "use uniform or parameters");
+  EXPECT_ERROR_HAS(R"({"tensor_model_paralel_size": 2})", "tensor_model_parallel_size");
+}
+
 }  // namespace
 }  // namespace tessera::runtime

@@ -92,13 +92,14 @@ std::vector<double> train_dp(int world, int64_t first, int steps, Params* out,
 // each parameter's dense value, assembled from the ranks' slices.
 std::vector<double> train_mp(int tp, int pp, int64_t first, int steps, Params* out,
                              const std::string& load = "", const std::string& save = "",
-                             int save_after = -1, const std::string& extra = "") {
+                             int save_after = -1, const std::string& extra = "",
+                             const models::GPTConfig& gpt = testing::zero_test_gpt()) {
   std::vector<double> losses(static_cast<size_t>(steps));
   std::mutex mu;
   std::map<std::string, std::map<int, at::Tensor>> slices;  // name -> tp rank -> slice
   testing::run_ranks(4, [&](int rank, int size, std::shared_ptr<comm::Store> store) {
     auto world = testing::make_group(rank, size, store, "gloo");
-    ModelParallelEngine engine(testing::zero_test_gpt(), config(tp, pp, extra), world);
+    ModelParallelEngine engine(gpt, config(tp, pp, extra), world);
     if (!load.empty()) engine.load_checkpoint(load);
     for (int i = 0; i < steps; ++i) {
       auto [x, y] = batch(first + i, engine.data_parallel_rank(), engine.data_parallel_size());
@@ -190,9 +191,6 @@ TEST(ModelParallelEngine, BadLayoutsAreConfigErrorsBeforeAnythingIsBuilt) {
                       }());
   expect_config_error(4, R"("tensor_model_parallel_size": 2, "zero_optimization": {"stage": 2})",
                       "zero_optimization.stage 2 is not supported");
-  models::GPTConfig drop = testing::zero_test_gpt();
-  drop.dropout = 0.1;
-  expect_config_error(4, R"("pipeline_model_parallel_size": 2)", "model.dropout", drop);
   // Keys that contradict each other fail when the config is parsed.
   EXPECT_THROW(Config::from_string(R"({"virtual_pipeline_model_parallel_size": 2,
                                       "pipeline_schedule": "1f1b"})"), ConfigError);
@@ -218,6 +216,23 @@ TEST(ModelParallelEngine, TensorPipelineAndDataParallelEqualOneProcess) {
                 pp, extra.c_str(), d);
     EXPECT_LE(d, 1e-5);
   }
+}
+
+// Dropout under tp2·pp2: masks come from each rank's DropoutRng, whose streams
+// the checkpoint carries, so a run resumed at step 2 repeats steps 3 and 4.
+TEST(ModelParallelEngine, DropoutRunsResumeExactly) {
+  testing::TempDir tmp("mp_dropout");
+  auto gpt = testing::zero_test_gpt();
+  gpt.dropout = 0.2;
+  const auto plain = train_mp(2, 2, 0, 4, nullptr);
+  const auto whole = train_mp(2, 2, 0, 4, nullptr, "", tmp.path(), 2, "", gpt);
+  const auto resumed = train_mp(2, 2, 2, 2, nullptr, tmp.path(), "", -1, "", gpt);
+  std::printf("[model parallel] dropout 0.2 at tp2.pp2: step 3-4 losses %.7f %.7f, resumed %.7f "
+              "%.7f (without dropout %.7f %.7f)\n", whole[2], whole[3], resumed[0], resumed[1],
+              plain[2], plain[3]);
+  EXPECT_GT(std::abs(whole[3] - plain[3]), 1e-4) << "dropout changed nothing";
+  EXPECT_NEAR(resumed[0], whole[2], 1e-6);
+  EXPECT_NEAR(resumed[1], whole[3], 1e-6);
 }
 
 TEST(ModelParallelEngine, ZeroStage1ShardsTheOptimizerStateOverDataParallel) {

@@ -19,7 +19,8 @@ const std::vector<std::string> kTopKeys = {
     "gradient_clipping", "optimizer", "scheduler", "steps_per_print", "wall_clock_breakdown",
     "seed", "comm_timeout", "data_parallel", "fp16", "bf16", "zero_optimization", "model",
     "data", "train", "tensor_model_parallel_size", "pipeline_model_parallel_size",
-    "virtual_pipeline_model_parallel_size", "sequence_parallel", "pipeline_schedule"};
+    "virtual_pipeline_model_parallel_size", "sequence_parallel", "pipeline_schedule",
+    "pipeline_partition_method"};
 const std::vector<std::string> kOptimizerKeys = {"type", "params"};
 const std::vector<std::string> kOptimizerParams = {
     "lr", "betas", "eps", "weight_decay", "amsgrad", "momentum", "dampening", "nesterov",
@@ -299,6 +300,11 @@ void parse_model_parallel(const json& j, ModelParallelConfig& m) {
   TS_CHECK_T(ConfigError, !interleave || m.pipeline_model_parallel_size > 1,
              "config 'virtual_pipeline_model_parallel_size' ", m.virtual_pipeline_model_parallel_size,
              " needs pipeline_model_parallel_size > 1");
+  m.pipeline_partition_method = read_string(j, "pipeline_partition_method", "", "uniform");
+  TS_CHECK_T(ConfigError,
+             m.pipeline_partition_method == "uniform" || m.pipeline_partition_method == "parameters",
+             "config 'pipeline_partition_method' is '", m.pipeline_partition_method,
+             "': use uniform or parameters");
   TS_CHECK_T(ConfigError, !m.sequence_parallel || m.tensor_model_parallel_size > 1,
              "config 'sequence_parallel' needs tensor_model_parallel_size > 1");
 }

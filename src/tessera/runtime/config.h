@@ -86,6 +86,9 @@ struct ModelParallelConfig {
   int virtual_pipeline_model_parallel_size = 1;  // > 1: interleaved 1F1B
   bool sequence_parallel = false;                // needs tensor_model_parallel_size > 1
   std::string pipeline_schedule = "1f1b";        // 1f1b | gpipe | interleaved
+  // How blocks go to stages: uniform (by count) | parameters (balanced by
+  // parameter count, the embedding and head included; DeepSpeed's name).
+  std::string pipeline_partition_method = "uniform";
   // True when the job splits the model (tp or pp > 1).
   bool enabled() const { return tensor_model_parallel_size * pipeline_model_parallel_size > 1; }
   // world / (tp * pp); ConfigError naming the numbers when it does not divide.

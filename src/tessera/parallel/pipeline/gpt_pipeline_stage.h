@@ -6,12 +6,12 @@
 // tied head and the vocab-parallel loss.
 //
 //   auto mesh = ProcessMesh::build(world, /*tp=*/2, /*pp=*/2);
-//   GptPipelineStage stage(gpt_config, mesh, /*v=*/1);
+//   GptPipelineStage stage(gpt_config, mesh, {/*virtual_stages=*/1});
 //   stage.set_optimizer([&] { opt.step(); });
 //   stage.set_batch(ids, targets, m);  exec.run(stage);
 //
 // Blocks are split as evenly as their count allows (the first chunks take one
-// more when n_layer is not a multiple of p * v). The tied token embedding lives
+// more when n_layer is not a multiple of p * v), or balanced by parameter count. The tied token embedding lives
 // on the first and the last stage; reduce_gradients() sums its gradient over
 // the embedding group so both copies take the same step, as Megatron does, then
 // runs the caller's gradient reduction (data parallel) if one is set.
@@ -42,15 +42,36 @@
 
 namespace tessera::parallel {
 
-// The blocks [begin, end) of each of p * v chunks (virtual stages), in order.
-// ConfigError naming the sizes when p * v > n_layer.
+// The blocks [begin, end) of each of p * v chunks (virtual stages), in order,
+// as even in count as possible. ConfigError naming the sizes when p * v > n_layer.
 std::vector<std::pair<int64_t, int64_t>> split_layers(int64_t n_layer, int p, int v);
+
+// The same cut so that the largest chunk's parameter count — its blocks, plus
+// the embedding (wte, wpe) on the first chunk and ln_f and the tied head on the
+// last — is as small as possible (DeepSpeed's partition_method "parameters").
+// Every chunk keeps at least one block.
+std::vector<std::pair<int64_t, int64_t>> split_layers_by_parameters(const models::GPTConfig& config,
+                                                                    int p, int v);
+// The general form: contiguous chunks of `block_cost`, minimizing the largest
+// chunk's cost plus `first_extra` on chunk 0 and `last_extra` on the last.
+std::vector<std::pair<int64_t, int64_t>> balanced_split(const std::vector<int64_t>& block_cost,
+                                                        int64_t first_extra, int64_t last_extra,
+                                                        int chunks);
+
+struct GptStageOptions {
+  int virtual_stages = 1;          // v: chunks per stage (interleaved schedules)
+  bool sequence_parallel = false;  // see tensor/tp_gpt.h
+  uint64_t dropout_seed = 0;       // DropoutRng seed (with the mesh coordinates)
+  bool balance_by_parameters = false;  // split_layers_by_parameters, else split_layers
+};
 
 class GptPipelineStage : public PipelineStage {
  public:
-  // The stage of `mesh` this rank is on, with v chunks per stage.
-  GptPipelineStage(const models::GPTConfig& config, const ProcessMesh& mesh, int v,
-                   bool sequence_parallel = false);
+  // The stage of `mesh` this rank is on. Dropout (config.dropout > 0) draws
+  // from a DropoutRng seeded with options.dropout_seed and this rank's mesh
+  // coordinates.
+  GptPipelineStage(const models::GPTConfig& config, const ProcessMesh& mesh,
+                   GptStageOptions options = {});
 
   // The step's batch, [m * micro, T] ids and targets, split into m micro-batches.
   void set_batch(const torch::Tensor& ids, const torch::Tensor& targets, int m);
@@ -68,6 +89,7 @@ class GptPipelineStage : public PipelineStage {
   void optimizer_step() override;
 
   TensorParallelGPT& model() { return model_; }
+  DropoutRng& dropout_rng() { return *model_->tp().dropout_rng; }
   // True when this rank's copy of `name` is a duplicate that a global sum over
   // every rank (a norm, a parameter count) must skip: the tied embedding on the
   // last stage, and whole (not split) parameters on tensor-parallel ranks > 0.

@@ -29,12 +29,15 @@
 #include <memory>
 
 #include "tessera/comm/process_group.h"
+#include "tessera/parallel/tensor/dropout_rng.h"
 
 namespace tessera::parallel {
 
 struct TensorParallelOptions {
   std::shared_ptr<comm::ProcessGroup> group;  // the tensor-parallel group
   bool sequence_parallel = false;  // activations outside the layers hold 1/tp of the sequence
+  // Where dropout draws from (dropout_rng.h); needed by models with dropout > 0.
+  std::shared_ptr<DropoutRng> dropout_rng;
 };
 
 // Which part of a dense weight a tensor-parallel rank holds: all of it, its

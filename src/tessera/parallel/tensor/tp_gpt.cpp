@@ -33,21 +33,30 @@ class TpLayerNormImpl : public torch::nn::Module {
 };
 TORCH_MODULE(TpLayerNorm);
 
+// Dropout of an activation: replicated over the tp group (same mask on every
+// rank) unless split (each rank its own), as DropoutRng describes.
+torch::Tensor drop(const torch::Tensor& x, double p, bool training, const TensorParallelOptions& tp,
+                   bool split) {
+  if (!training || p == 0.0) return x;
+  return dropout_from(x, p, true, split ? tp.dropout_rng->split() : tp.dropout_rng->replicated());
+}
+
 class TpAttentionImpl : public torch::nn::Module {
  public:
   TpAttentionImpl(const models::GPTConfig& c, const TensorParallelOptions& tp)
-      : local_heads_(c.n_head / tp.group->size()),
-        local_embd_(c.n_embd / tp.group->size()),
-        fused_(c.fused_attention) {
+      : tp_(tp), local_heads_(c.n_head / tp.group->size()),
+        local_embd_(c.n_embd / tp.group->size()), p_(c.dropout), fused_(c.fused_attention) {
     c_attn = register_module("c_attn", ColumnParallelLinear(c.n_embd, 3 * c.n_embd, tp, c.bias));
     c_proj = register_module("c_proj", RowParallelLinear(c.n_embd, c.n_embd, tp, c.bias));
   }
   torch::Tensor forward(const torch::Tensor& x) {
     auto qkv = c_attn(x);  // [B, T, 3C/tp]: this rank's heads of q, k and v
-    auto y = fused_ && models::ops::causal_attention_supports(qkv, local_heads_)
+    const bool dropping = is_training() && p_ > 0;
+    auto y = fused_ && !dropping && models::ops::causal_attention_supports(qkv, local_heads_)
                  ? models::ops::causal_attention(qkv, local_heads_)
                  : composed(qkv);
-    return c_proj(y);
+    // The output is whole (or, under sequence parallel, this rank's sequence part).
+    return drop(c_proj(y), p_, is_training(), tp_, tp_.sequence_parallel);
   }
   ColumnParallelLinear c_attn{nullptr};
   RowParallelLinear c_proj{nullptr};
@@ -61,22 +70,31 @@ class TpAttentionImpl : public torch::nn::Module {
                std::sqrt(static_cast<double>(hd));
     auto future = torch::ones({T, T}, torch::TensorOptions().dtype(torch::kBool)).triu(1);
     att = torch::softmax(att.masked_fill(future, -std::numeric_limits<float>::infinity()), -1);
+    att = drop(att, p_, is_training(), tp_, /*split=*/true);  // this rank's heads
     return torch::matmul(att, heads(parts[2])).transpose(1, 2).contiguous().view({B, T, local_embd_});
   }
+  TensorParallelOptions tp_;
   int64_t local_heads_, local_embd_;
+  double p_;
   bool fused_;
 };
 TORCH_MODULE(TpAttention);
 
 class TpMlpImpl : public torch::nn::Module {
  public:
-  TpMlpImpl(const models::GPTConfig& c, const TensorParallelOptions& tp) {
+  TpMlpImpl(const models::GPTConfig& c, const TensorParallelOptions& tp) : tp_(tp), p_(c.dropout) {
     c_fc = register_module("c_fc", ColumnParallelLinear(c.n_embd, 4 * c.n_embd, tp, c.bias));
     c_proj = register_module("c_proj", RowParallelLinear(4 * c.n_embd, c.n_embd, tp, c.bias));
   }
-  torch::Tensor forward(const torch::Tensor& x) { return c_proj(torch::gelu(c_fc(x))); }
+  torch::Tensor forward(const torch::Tensor& x) {
+    return drop(c_proj(torch::gelu(c_fc(x))), p_, is_training(), tp_, tp_.sequence_parallel);
+  }
   ColumnParallelLinear c_fc{nullptr};
   RowParallelLinear c_proj{nullptr};
+
+ private:
+  TensorParallelOptions tp_;
+  double p_;
 };
 TORCH_MODULE(TpMlp);
 
@@ -126,9 +144,6 @@ void check_tensor_parallel_layout(const models::GPTConfig& c, int n, bool sequen
   TS_CHECK_T(ConfigError, !sequence_parallel || c.block_size % n == 0, "model.block_size ",
              c.block_size, " does not divide by tensor_model_parallel_size ", n,
              ", which sequence_parallel needs");
-  TS_CHECK_T(ConfigError, c.dropout == 0.0, "model.dropout ", c.dropout,
-             " is not supported by the model-parallel GPT (tensor or pipeline parallel) yet; "
-             "set it to 0");
 }
 
 TensorParallelGPTImpl::TensorParallelGPTImpl(const models::GPTConfig& config,
@@ -136,6 +151,9 @@ TensorParallelGPTImpl::TensorParallelGPTImpl(const models::GPTConfig& config,
     : config_(config), tp_(std::move(tp)), part_(std::move(part)) {
   TS_CHECK_T(ConfigError, tp_.group != nullptr, "TensorParallelGPT needs a tensor-parallel group");
   check_tensor_parallel_layout(config_, tp_.group->size(), tp_.sequence_parallel);
+  TS_CHECK_T(ConfigError, config_.dropout == 0.0 || tp_.dropout_rng != nullptr, "model.dropout ",
+             config_.dropout, " needs TensorParallelOptions::dropout_rng (a DropoutRng) to draw "
+             "the masks from");
   if (part_.blocks.empty()) part_.blocks.emplace_back(0, config_.n_layer);
   for (const auto& [b, e] : part_.blocks) {
     TS_CHECK_T(ConfigError, 0 <= b && b < e && e <= config_.n_layer, "TensorParallelGPT: block range [",
@@ -189,9 +207,11 @@ torch::Tensor TensorParallelGPTImpl::embed(const torch::Tensor& idx) {
              " does not divide by tensor_model_parallel_size ", g.size(),
              " under sequence_parallel");
     const int64_t per = T / g.size();
-    return x + copy_to_tp(wpe_, g).slice(0, per * g.rank(), per * (g.rank() + 1));
+    x = x + copy_to_tp(wpe_, g).slice(0, per * g.rank(), per * (g.rank() + 1));
+  } else {
+    x = x + wpe_.slice(0, 0, T);
   }
-  return x + wpe_.slice(0, 0, T);
+  return drop(x, config_.dropout, is_training(), tp_, tp_.sequence_parallel);
 }
 
 torch::Tensor TensorParallelGPTImpl::blocks(int64_t begin, int64_t end, torch::Tensor x) {

@@ -23,9 +23,15 @@
 // one dense tensor at a time (models::for_each_initial_parameter), so no rank
 // ever holds more than its part plus one dense block.
 //
+// Dropout (config.dropout) is the dense GPT's — after the embedding, on the
+// attention probabilities, after each residual projection — drawn from
+// TensorParallelOptions::dropout_rng: attention heads and, under sequence
+// parallel, the residual stream from its split stream, the replicated residual
+// stream from its replicated one (dropout_rng.h).
+//
 // ConfigError (every rank, before any weight is built) when n_head, n_embd,
 // 4 n_embd or vocab_size do not divide by tp, when block_size does not under
-// sequence parallel, or when dropout > 0 (not supported under tensor parallel).
+// sequence parallel, or when dropout > 0 without a dropout_rng.
 #pragma once
 
 #include <torch/torch.h>

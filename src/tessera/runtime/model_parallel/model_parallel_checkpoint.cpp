@@ -58,6 +58,18 @@ void add_row_pieces(const std::string& name, const at::Tensor& local, DenseSlice
 
 // The name a unit's shard goes by while its optimizer state is staged.
 constexpr const char* kShard = "shard";
+// Each rank's DropoutRng streams (a data-parallel Engine's checkpoint has none).
+constexpr const char* kDropoutRngName = "rng.dropout";
+
+at::Tensor saved_dropout_rng(const checkpoint::CheckpointReader& reader, int rank) {
+  const checkpoint::FileEntry* f = reader.manifest().rank_file(rank);
+  if (f != nullptr) {
+    for (const auto& e : f->tensors) {
+      if (e.name == kDropoutRngName && !e.is_piece) return reader.read_tensor(*f, e);
+    }
+  }
+  return {};
+}
 
 }  // namespace
 
@@ -154,6 +166,7 @@ std::string ModelParallelEngine::save_checkpoint(const std::string& dir, const j
     }
   }
   state.per_rank.emplace_back(kCheckpointRngName, cpu_rng_state());
+  state.per_rank.emplace_back(kDropoutRngName, stage_->dropout_rng().state());
   const auto& mp = config_.model_parallel;
   state.metadata = {{"format", kCheckpointFormatVersion},
                     {"global_steps", global_steps_},
@@ -183,7 +196,7 @@ json ModelParallelEngine::load_checkpoint(const std::string& dir) {
   json metadata;
   std::vector<at::Tensor> values;
   StagedOptimizerState staged;
-  at::Tensor rng;
+  at::Tensor rng, dropout_rng;
   std::string error;
   try {
     auto reader = checkpoint::CheckpointReader::open(chosen,
@@ -225,6 +238,22 @@ json ModelParallelEngine::load_checkpoint(const std::string& dir) {
                             : stage_sharded_state(opt);
     const int rank = mesh_.world()->rank();
     if (rank < reader.world_size()) rng = saved_rng(reader, rank);
+    // The dropout streams belong to mesh coordinates: restored only into the
+    // same layout (elsewhere a tp group could get streams of different stages).
+    const auto& mp = config_.model_parallel;
+    const bool same_layout =
+        metadata.value("world_size", 0) == mesh_.topology().world() &&
+        metadata.value("tensor_model_parallel_size", 0) == mp.tensor_model_parallel_size &&
+        metadata.value("pipeline_model_parallel_size", 0) == mp.pipeline_model_parallel_size;
+    if (same_layout) {
+      dropout_rng = saved_dropout_rng(reader, rank);
+      TS_CHECK_T(CheckpointError,
+                 !dropout_rng.defined() ||
+                     dropout_rng.numel() == stage_->dropout_rng().state().numel(),
+                 "checkpoint '", chosen, "': rank ", rank, "'s dropout RNG state has ",
+                 dropout_rng.numel(), " bytes, this build's has ",
+                 stage_->dropout_rng().state().numel());
+    }
   } catch (const Error& e) {
     error = e.what_without_backtrace();
   } catch (const c10::Error& e) {
@@ -238,6 +267,7 @@ json ModelParallelEngine::load_checkpoint(const std::string& dir) {
   }
   install_optimizer_state(*optimizer_, std::move(staged));
   if (rng.defined()) set_cpu_rng_state(rng);
+  if (dropout_rng.defined()) stage_->dropout_rng().set_state(dropout_rng);
   global_steps_ = metadata.value("global_steps", int64_t{0});
   apply_schedule();
   return metadata.value("client_state", json::object());

@@ -57,7 +57,11 @@ int ModelParallelEngine::check_layout(const models::GPTConfig& model, Config& co
   const int tp = mp.tensor_model_parallel_size, pp = mp.pipeline_model_parallel_size;
   const int v = mp.virtual_pipeline_model_parallel_size;
   const int dp = mp.data_parallel_size(world);
-  parallel::split_layers(model.n_layer, pp, v);
+  if (mp.pipeline_partition_method == "parameters") {
+    parallel::split_layers_by_parameters(model, pp, v);
+  } else {
+    parallel::split_layers(model.n_layer, pp, v);
+  }
   if (v > 1) {
     TS_CHECK_T(ConfigError, model.n_layer % pp == 0 && (model.n_layer / pp) % v == 0,
                "virtual_pipeline_model_parallel_size ", v, " does not divide the layers per ",
@@ -82,7 +86,10 @@ ModelParallelEngine::ModelParallelEngine(const models::GPTConfig& model, Config 
       schedule_(config_.scheduler) {
   const auto& mp = config_.model_parallel;
   const int v = mp.virtual_pipeline_model_parallel_size;
-  stage_ = std::make_unique<parallel::GptPipelineStage>(model_, mesh_, v, mp.sequence_parallel);
+  stage_ = std::make_unique<parallel::GptPipelineStage>(
+      model_, mesh_,
+      parallel::GptStageOptions{v, mp.sequence_parallel, config_.seed,
+                                mp.pipeline_partition_method == "parameters"});
   executor_ = std::make_unique<parallel::PipelineExecutor>(
       mesh_.pp(),
       parallel::make_pipeline_schedule(mp.pipeline_schedule, mesh_.topology().pp(),
@@ -175,7 +182,9 @@ double ModelParallelEngine::evaluate(const at::Tensor& ids, const at::Tensor& ta
            ids.sizes(), " and ", targets.sizes());
   const int n = static_cast<int>(ids.size(0) / micro);
   stage_->set_batch(ids, targets, n);
+  stage_->model()->eval();  // no dropout
   const auto r = executor_->evaluate(*stage_, n);
+  stage_->model()->train();
   const bool counts = r.has_loss && mesh_.coord().tp == 0;
   return world_sum(counts ? r.loss : 0.0) / data_parallel_size();
 }
