@@ -8,7 +8,8 @@
 //   layout <tpA x dpB x ppC> step_ms <median> rss_mb <r0,r1,...> bubble <measured> formula <f>
 // step_ms is the median wall time of the steps after the first; rss_mb each
 // rank's peak resident set; bubble (pipelines only) 1 - compute / wall time of
-// the executor's own timings, summed over ranks. bench/model_parallel_layouts.sh
+// the executor's own timings (the pipelined phase, without the optimizer step),
+// summed over ranks. bench/model_parallel_layouts.sh
 // tabulates it.
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -89,7 +90,7 @@ int main(int argc, char** argv) {
       if (i == 0) continue;  // warm-up
       ms.push_back(ms_since(t0));
       busy += engine.last_step().busy_seconds;
-      total += engine.last_step().total_seconds;
+      total += engine.last_step().pipeline_seconds();
     }
   } else {
     cfg.resolve_batch(world->size());

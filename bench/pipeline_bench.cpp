@@ -4,7 +4,8 @@
 // of 2 x 64 tokens per step. Prints, from rank 0, one line:
 //   schedule <s> p <P> m <M> v <V> bubble <measured> formula <(p-1)/(vm+p-1)>
 //   step_ms <median> max_live <most micro-batch graphs alive> peak_rss_mb <max over ranks>
-// The measured bubble is 1 - (compute time) / (wall time) of the executor's own
+// The measured bubble is 1 - (compute time) / (wall time of the pipelined
+// forward and backward phase, without the optimizer step) of the executor's own
 // timings, summed over stages and over the steps after the first.
 // bench/pipeline_bubble.sh tabulates it.
 #include <ATen/ATen.h>
@@ -57,7 +58,7 @@ int main(int argc, char** argv) {
     auto r = exec.run(stage);
     if (i == 0) continue;      // warm-up
     busy += r.busy_seconds;
-    total += r.total_seconds;
+    total += r.pipeline_seconds();
     live = std::max(live, r.max_live_activations);
     ms.push_back(r.total_seconds * 1000);
   }

@@ -133,12 +133,18 @@ PipelineStepResult PipelineExecutor::run(PipelineStage& stage) {
         live -= 1;
         break;
       }
-      case PipeOp::kReduceGrads:
+      case PipeOp::kReduceGrads: {
+        const auto t0 = Clock::now();
         stage.reduce_gradients();
+        r.update_seconds += seconds_since(t0);
         break;
-      case PipeOp::kOptimizerStep:
+      }
+      case PipeOp::kOptimizerStep: {
+        const auto t0 = Clock::now();
         stage.optimizer_step();
+        r.update_seconds += seconds_since(t0);
         break;
+      }
     }
   }
   r.total_seconds = seconds_since(start);

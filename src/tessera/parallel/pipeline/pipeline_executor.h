@@ -16,9 +16,12 @@
 // step's micro-batches, as with gradient accumulation.
 //
 // Timings come from the executor itself: busy_seconds is the time spent in
-// forward and backward computation, total_seconds the wall time of run();
-// 1 - busy / total is this stage's measured bubble (communication waits are
-// counted as idle, as the idealized bubble formula does).
+// forward and backward computation, total_seconds the wall time of run(),
+// update_seconds the part of it in the gradient reduction and the optimizer
+// step (which follow the pipeline whatever the schedule). The measured bubble
+// is 1 - busy / (total - update): the idle share of the pipelined forward and
+// backward phase (communication waits count as idle, as in the idealized
+// bubble formula).
 //
 // Messages use one tag per ordered pair of stages, FIFO as the schedule
 // assumes. Not thread-safe; one executor per rank; every stage of the group
@@ -57,8 +60,12 @@ struct PipelineStepResult {
   bool has_loss = false;  // this rank holds the last virtual stage
   double busy_seconds = 0;
   double total_seconds = 0;
+  double update_seconds = 0;     // reduce_gradients + optimizer_step
   int max_live_activations = 0;  // (micro-batch, chunk) graphs alive at once
-  double bubble() const { return total_seconds > 0 ? 1.0 - busy_seconds / total_seconds : 0; }
+  double pipeline_seconds() const { return total_seconds - update_seconds; }
+  double bubble() const {
+    return pipeline_seconds() > 0 ? 1.0 - busy_seconds / pipeline_seconds() : 0;
+  }
 };
 
 class PipelineExecutor {

@@ -180,6 +180,8 @@ torch::Tensor vocab_parallel_cross_entropy(const torch::Tensor& local_logits,
   TS_CHECK(local_logits.dim() == 2 && targets.dim() == 1 && targets.size(0) == local_logits.size(0),
            "vocab_parallel_cross_entropy: logits must be [N, V/tp] and targets [N], got ",
            local_logits.sizes(), " and ", targets.sizes());
+  // One rank holds the whole vocabulary: LibTorch's fused loss is the same math.
+  if (group.size() == 1) return torch::nn::functional::cross_entropy(local_logits, targets);
   return VocabParallelCrossEntropy::apply(local_logits, targets,
                                           reinterpret_cast<int64_t>(&group));
 }
