@@ -47,6 +47,7 @@
 
 // parallel: the process mesh, tensor-parallel layers, pipeline schedules.
 #include "tessera/parallel/pipeline/gpt_pipeline_stage.h"
+#include "tessera/parallel/pipeline/layer_pipeline_stage.h"
 #include "tessera/parallel/pipeline/pipeline_executor.h"
 #include "tessera/parallel/pipeline/pipeline_schedule.h"
 #include "tessera/parallel/process_mesh.h"

@@ -11,6 +11,7 @@
 
 #include "tessera/core/error.h"
 #include "tessera/parallel/pipeline/gpt_pipeline_stage.h"
+#include "tessera/parallel/pipeline/layer_pipeline_stage.h"
 #include "tessera/parallel/pipeline/pipeline_executor.h"
 #include "tessera/parallel/process_mesh.h"
 #include "tessera/parallel/tensor/tp_gpt.h"
@@ -125,6 +126,77 @@ TEST(PipelineParallel, WithTensorParallelStagesEqualsOneProcess) {
   check_pipeline(2, "1f1b", 1, /*tp=*/2);
   check_pipeline(2, "1f1b", 1, /*tp=*/2, /*sp=*/true);
   check_pipeline(2, "interleaved", 2, /*tp=*/2);
+}
+
+// Any model as a list of layers: tanh(Linear) layers whose weights depend only
+// on their index, through LayerPipelineStage, against the whole stack in one
+// process with the same micro-batch accumulation.
+class TanhLinearImpl : public torch::nn::Module {
+ public:
+  explicit TanhLinearImpl(int64_t index) {
+    fc = register_module("fc", torch::nn::Linear(16, 16));
+    auto gen = at::detail::createCPUGenerator(static_cast<uint64_t>(100 + index));
+    torch::NoGradGuard no_grad;
+    fc->weight.normal_(0.0, 0.4, gen);
+    fc->bias.normal_(0.0, 0.1, gen);
+  }
+  torch::Tensor forward(const torch::Tensor& x) { return torch::tanh(fc(x)); }
+  torch::nn::Linear fc{nullptr};
+};
+TORCH_MODULE(TanhLinear);
+
+TEST(PipelineParallel, AnyListOfLayersEqualsOneProcess) {
+  constexpr int kLayers = 6;
+  auto mse = [](const torch::Tensor& y, const torch::Tensor& t) { return torch::mse_loss(y, t); };
+  auto gen = at::detail::createCPUGenerator(8);
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> batches;
+  for (int s = 0; s < kSteps; ++s) {
+    batches.emplace_back(torch::randn({kMicro * kRows, 16}, gen), torch::randn({kMicro * kRows, 16}, gen));
+  }
+  std::map<std::string, torch::Tensor> want;
+  {
+    std::vector<TanhLinear> layers;
+    std::vector<torch::Tensor> params;
+    for (int i = 0; i < kLayers; ++i) {
+      layers.emplace_back(i);
+      for (auto& p : layers.back()->parameters()) params.push_back(p);
+    }
+    torch::optim::AdamW opt(params, torch::optim::AdamWOptions(1e-2));
+    for (auto& [x, y] : batches) {
+      opt.zero_grad();
+      for (int m = 0; m < kMicro; ++m) {
+        auto h = x.chunk(kMicro, 0)[m];
+        for (auto& l : layers) h = l(h);
+        (mse(h, y.chunk(kMicro, 0)[m]) / kMicro).backward();
+      }
+      opt.step();
+    }
+    for (int i = 0; i < kLayers; ++i) {
+      for (auto& p : layers[i]->named_parameters()) want[std::to_string(i) + "." + p.key()] = p.value().detach().clone();
+    }
+  }
+  for (int p : {2, 3}) {
+    run_ranks(p, [&](int rank, int size, std::shared_ptr<comm::Store> store) {
+      auto world = make_group(rank, size, store, "gloo");
+      auto mesh = ProcessMesh::build(world, 1, p);
+      LayerPipelineStage stage(
+          kLayers, [](int64_t i) { return torch::nn::AnyModule(TanhLinear(i)); }, mse, {16}, mesh);
+      torch::optim::AdamW opt(stage.parameters(), torch::optim::AdamWOptions(1e-2));
+      stage.set_optimizer([&] { opt.step(); });
+      PipelineExecutor exec(mesh.pp(), make_pipeline_schedule("1f1b", p, kMicro, 1), 1);
+      for (auto& [x, y] : batches) {
+        stage.set_batch(x, y, kMicro);
+        opt.zero_grad();
+        exec.run(stage);
+      }
+      double worst = 0;
+      for (const auto& [name, t] : stage.named_parameters()) {
+        worst = std::max(worst, (t - want.at(name)).abs().max().item<double>());
+      }
+      EXPECT_FALSE(stage.named_parameters().empty());
+      EXPECT_LE(worst, 1e-6) << "p " << p << " rank " << rank;
+    });
+  }
 }
 
 TEST(PipelineParallel, StagesBalancedByParametersEqualOneProcess) {
