@@ -42,6 +42,7 @@
 #include "tessera/checkpoint/state_dict_file.h"
 
 // models: the reference GPT and MLP.
+#include "tessera/models/activation_checkpoint.h"
 #include "tessera/models/gpt.h"
 #include "tessera/models/mlp.h"
 

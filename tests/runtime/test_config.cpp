@@ -227,5 +227,20 @@ TEST(Config, ModelParallelKeys) {
   EXPECT_ERROR_HAS(R"({"tensor_model_paralel_size": 2})", "tensor_model_parallel_size");
 }
 
+TEST(Config, ActivationCheckpointingSection) {
+  Config c = Config::from_string(R"({"activation_checkpointing": {"number_checkpoints": 2,
+    "contiguous_memory_optimization": true}})");
+  EXPECT_TRUE(c.activation_checkpointing.enabled);
+  EXPECT_EQ(c.activation_checkpointing.number_checkpoints, 2);
+  EXPECT_EQ(Config::from_string(R"({"activation_checkpointing": {"number_checkpoints": null}})")
+                .activation_checkpointing.number_checkpoints, 0);
+  EXPECT_FALSE(Config::from_string("{}").activation_checkpointing.enabled);
+  EXPECT_ERROR_HAS(R"({"activation_checkpointing": {"partition_activations": true}})",
+                   "partition_activations");
+  EXPECT_ERROR_HAS(R"({"activation_checkpointing": {"cpu_checkpointing": true}})", "cpu_checkpointing");
+  EXPECT_ERROR_HAS(R"({"activation_checkpointing": {"number_checkpoints": -1}})", "must be >= 0");
+  EXPECT_ERROR_HAS(R"({"activation_checkpointing": {"num_checkpoints": 2}})", "number_checkpoints");
+}
+
 }  // namespace
 }  // namespace tessera::runtime

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "tessera/core/check.h"
+#include "tessera/models/activation_checkpoint.h"
 #include "tessera/models/ops/causal_attention.h"
 
 namespace tessera::models {
@@ -21,6 +22,9 @@ void GPTConfig::validate() const {
              ") must be a positive multiple of n_head (", n_head, ")");
   TS_CHECK_T(ConfigError, dropout >= 0 && dropout < 1, "GPTConfig.dropout must be in [0, 1), got ",
              dropout);
+  TS_CHECK_T(ConfigError, activation_checkpoints >= 0 && activation_checkpoints <= n_layer,
+             "activation_checkpointing.number_checkpoints must be in [0, n_layer = ", n_layer,
+             "] (0: every block), got ", activation_checkpoints);
 }
 
 CausalSelfAttentionImpl::CausalSelfAttentionImpl(const GPTConfig& config)
@@ -134,6 +138,25 @@ void init_parameter(const std::string& name, torch::Tensor& t, at::Generator& ge
 
 }  // namespace
 
+torch::Tensor GPTImpl::checkpointed_blocks(torch::Tensor x) {
+  const int64_t n = static_cast<int64_t>(h->size()), segments = config_.activation_checkpoints;
+  for (int64_t k = 0, begin = 0; k < segments; ++k) {
+    const int64_t end = begin + n / segments + (k < n % segments ? 1 : 0);
+    std::vector<at::Tensor> params;
+    for (int64_t i = begin; i < end; ++i) {
+      for (const auto& p : h[static_cast<size_t>(i)]->parameters()) params.push_back(p);
+    }
+    auto run = [this, begin, end](const std::vector<at::Tensor>& in) {
+      at::Tensor y = in[0];
+      for (int64_t i = begin; i < end; ++i) y = h->begin()[i].forward(y);
+      return std::vector<at::Tensor>{y};
+    };
+    x = checkpoint_activations(run, {x}, params)[0];
+    begin = end;
+  }
+  return x;
+}
+
 void GPTImpl::init_weights() {
   torch::NoGradGuard no_grad;
   auto gen = at::detail::createCPUGenerator(config_.seed);
@@ -174,8 +197,13 @@ torch::Tensor GPTImpl::forward(const torch::Tensor& idx) {
            " exceeds block_size ", config_.block_size, " (crop the input or raise block_size)");
   auto pos = torch::arange(T, torch::TensorOptions().dtype(torch::kLong).device(idx.device()));
   auto x = drop(wte(idx) + wpe(pos));
-  // Through the Sequential, so ZeRO stage 3 can wrap the blocks (zero/sharded_module.h).
-  x = h->forward(x);
+  // Through the Sequential's modules, so ZeRO stage 3 can wrap the blocks
+  // (zero/sharded_module.h).
+  if (config_.activation_checkpoints > 0 && is_training()) {
+    x = checkpointed_blocks(x);
+  } else {
+    x = h->forward(x);
+  }
   x = ln_f(x);
   // Tied head: the token embedding doubles as the output projection.
   return F::linear(x, wte->weight);

@@ -37,6 +37,10 @@ struct GPTConfig {
   // always runs the LibTorch composition. Same math either way, to float ulps.
   bool fused_attention = true;
   uint64_t seed = 1337;  // weight initialization seed
+  // Activation checkpointing (activation_checkpoint.h) while training: 0 keeps
+  // every activation; n > 0 cuts the blocks into n segments of consecutive
+  // blocks, each recomputed in backward (n_layer: every block on its own).
+  int64_t activation_checkpoints = 0;
   // ConfigError naming the field when a value is out of range.
   void validate() const;
 };
@@ -122,6 +126,7 @@ class GPTImpl : public torch::nn::Module {
 
  private:
   void init_weights();
+  torch::Tensor checkpointed_blocks(torch::Tensor x);  // config.activation_checkpoints segments
   GPTConfig config_;
 };
 TORCH_MODULE(GPT);

@@ -20,7 +20,7 @@ const std::vector<std::string> kTopKeys = {
     "seed", "comm_timeout", "data_parallel", "fp16", "bf16", "zero_optimization", "model",
     "data", "train", "tensor_model_parallel_size", "pipeline_model_parallel_size",
     "virtual_pipeline_model_parallel_size", "sequence_parallel", "pipeline_schedule",
-    "pipeline_partition_method"};
+    "pipeline_partition_method", "activation_checkpointing"};
 const std::vector<std::string> kOptimizerKeys = {"type", "params"};
 const std::vector<std::string> kOptimizerParams = {
     "lr", "betas", "eps", "weight_decay", "amsgrad", "momentum", "dampening", "nesterov",
@@ -62,6 +62,30 @@ std::string path(const std::string& where, const std::string& key) {
 
 // Mixed precision is not part of the engine yet: accepted only when off, so a
 // config written for it fails loudly here instead of silently training fp32.
+void parse_activation_checkpointing(const json& a, ActivationCheckpointingConfig& c) {
+  const std::string w = "activation_checkpointing";
+  check_known_keys(a, {"partition_activations", "cpu_checkpointing", "contiguous_memory_optimization",
+                       "number_checkpoints", "synchronize_checkpoint_boundary", "profile"}, w);
+  c.enabled = true;
+  c.number_checkpoints = a.contains("number_checkpoints") && a["number_checkpoints"].is_null()
+                             ? 0
+                             : read_int(a, "number_checkpoints", w, 0);
+  TS_CHECK_T(ConfigError, c.number_checkpoints >= 0,
+             "config 'activation_checkpointing.number_checkpoints' must be >= 0 (0: every block), "
+             "got ", c.number_checkpoints);
+  c.partition_activations = read_bool(a, "partition_activations", w, false);
+  c.cpu_checkpointing = read_bool(a, "cpu_checkpointing", w, false);
+  c.contiguous_memory_optimization = read_bool(a, "contiguous_memory_optimization", w, false);
+  c.synchronize_checkpoint_boundary = read_bool(a, "synchronize_checkpoint_boundary", w, false);
+  c.profile = read_bool(a, "profile", w, false);
+  TS_CHECK_T(ConfigError, !c.partition_activations,
+             "config 'activation_checkpointing.partition_activations': true is not supported yet "
+             "(saved inputs are not split over tensor-parallel ranks); set it to false");
+  TS_CHECK_T(ConfigError, !c.cpu_checkpointing,
+             "config 'activation_checkpointing.cpu_checkpointing': true has nothing to move on a "
+             "CPU build and is not supported; set it to false");
+}
+
 void check_unsupported(const json& j) {
   for (const char* k : {"fp16", "bf16"}) {
     if (!j.contains(k)) continue;
@@ -330,6 +354,9 @@ Config Config::from_json(const json& j, const std::string& source) {
   c.scheduler.warmup_max_lr = c.optimizer.lr;
   if (j.contains("scheduler")) parse_scheduler(j["scheduler"], c.scheduler, c.optimizer.lr);
   if (j.contains("zero_optimization")) parse_zero(j["zero_optimization"], c.zero);
+  if (j.contains("activation_checkpointing")) {
+    parse_activation_checkpointing(j["activation_checkpointing"], c.activation_checkpointing);
+  }
   if (j.contains("data_parallel")) {
     const json& d = j["data_parallel"];
     check_known_keys(d, kDataParallelKeys, "data_parallel");

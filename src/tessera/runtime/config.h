@@ -95,6 +95,19 @@ struct ModelParallelConfig {
   int data_parallel_size(int world) const;
 };
 
+// DeepSpeed's "activation_checkpointing" section. Present: `tessera train`'s
+// GPT recomputes its blocks in backward (models/activation_checkpoint.h).
+struct ActivationCheckpointingConfig {
+  bool enabled = false;            // the section is in the config
+  int64_t number_checkpoints = 0;  // segments of consecutive blocks; 0 (or null): every block
+  // Accepted with these values only (what this build does):
+  bool partition_activations = false;  // true: ConfigError (no saved-input partitioning yet)
+  bool cpu_checkpointing = false;      // true: ConfigError (inputs stay where they are)
+  bool contiguous_memory_optimization = false;  // accepted, no effect
+  bool synchronize_checkpoint_boundary = false;  // accepted, no effect on CPU
+  bool profile = false;                          // accepted, no effect
+};
+
 struct Config {
   // As written (0: absent); see resolve_batch().
   int64_t train_batch_size = 0;
@@ -106,6 +119,7 @@ struct Config {
   DataParallelConfig data_parallel;
   ZeroConfig zero;
   ModelParallelConfig model_parallel;
+  ActivationCheckpointingConfig activation_checkpointing;
   int64_t steps_per_print = 10;
   bool wall_clock_breakdown = false;
   // Collective and store timeout in seconds (0: TESSERA_TIMEOUT, default 300);

@@ -60,6 +60,19 @@ TrainSettings TrainSettings::from_config(const runtime::Config& cfg) {
   s.model.fused_attention =
       read_bool(m, "fused_attention", "model", s.model.fused_attention);
   s.model.seed = static_cast<uint64_t>(read_int(m, "seed", "model", static_cast<int64_t>(cfg.seed)));
+  const auto& ac = cfg.activation_checkpointing;
+  if (ac.enabled) {
+    TS_CHECK_T(ConfigError, cfg.zero.stage != 3,
+               "activation_checkpointing is not supported with zero_optimization.stage 3 yet "
+               "(its gathered parameters would be released before the recompute); use stage 0-2");
+    TS_CHECK_T(ConfigError, !cfg.model_parallel.enabled(),
+               "activation_checkpointing is not supported with tensor or pipeline parallelism yet; "
+               "remove the section or set tensor/pipeline_model_parallel_size to 1");
+    TS_CHECK_T(ConfigError, ac.number_checkpoints <= s.model.n_layer,
+               "activation_checkpointing.number_checkpoints ", ac.number_checkpoints,
+               " exceeds model.n_layer ", s.model.n_layer, ": each segment needs a block");
+    s.model.activation_checkpoints = ac.number_checkpoints > 0 ? ac.number_checkpoints : s.model.n_layer;
+  }
 
   const auto& d = cfg.data;
   check_known_keys(d, {"path", "val_path", "val_fraction"}, "data");

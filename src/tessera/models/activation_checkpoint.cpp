@@ -1,0 +1,130 @@
+#include "tessera/models/activation_checkpoint.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/functions/utils.h>
+
+#include <mutex>
+
+#include "tessera/core/check.h"
+
+namespace tessera::models {
+namespace {
+
+at::Tensor generator_state() {
+  auto gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  return gen.get_state();
+}
+
+void set_generator_state(const at::Tensor& s) {
+  auto gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  gen.set_state(s);
+}
+
+// The backward of a checkpointed segment. Its next edges are the inputs'
+// and then the parameters': apply() returns a gradient for each, so the
+// parameters' gradients are accumulated by the outer backward (and their hooks
+// run there), not by a nested one.
+class RecomputeBackward : public torch::autograd::Node {
+ public:
+  RecomputeBackward(CheckpointedFn fn, std::vector<at::Tensor> inputs,
+                    std::vector<at::Tensor> params, at::Tensor rng)
+      : fn_(std::move(fn)), inputs_(std::move(inputs)), params_(std::move(params)),
+        rng_(std::move(rng)) {}
+
+  torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override {
+    TS_CHECK(!inputs_.empty() || !params_.empty(),
+             "checkpoint_activations: the segment's backward ran twice; its inputs were freed "
+             "(retain_graph is not supported for checkpointed segments)");
+    std::vector<at::Tensor> in;
+    for (const auto& x : inputs_) in.push_back(x.detach().requires_grad_(x.requires_grad()));
+    const at::Tensor now = generator_state();
+    set_generator_state(rng_);
+    std::vector<at::Tensor> out;
+    {
+      at::AutoGradMode grad_mode(true);
+      out = fn_(in);
+    }
+    set_generator_state(now);
+    TS_CHECK(out.size() == grads.size(), "checkpoint_activations: fn returned ", out.size(),
+             " tensors when recomputed, ", grads.size(), " the first time");
+    std::vector<at::Tensor> outs, grad_outs;
+    for (size_t i = 0; i < out.size(); ++i) {
+      if (grads[i].defined() && out[i].requires_grad()) {
+        outs.push_back(out[i]);
+        grad_outs.push_back(grads[i]);
+      }
+    }
+    std::vector<at::Tensor> wrt;
+    std::vector<size_t> slot;  // output position of each entry of wrt
+    for (size_t i = 0; i < in.size(); ++i) {
+      if (in[i].requires_grad()) {
+        wrt.push_back(in[i]);
+        slot.push_back(i);
+      }
+    }
+    for (size_t j = 0; j < params_.size(); ++j) {
+      if (params_[j].requires_grad()) {
+        wrt.push_back(params_[j]);
+        slot.push_back(in.size() + j);
+      }
+    }
+    torch::autograd::variable_list result(in.size() + params_.size());
+    if (!outs.empty() && !wrt.empty()) {
+      auto g = torch::autograd::grad(outs, wrt, grad_outs, /*retain_graph=*/false,
+                                     /*create_graph=*/false, /*allow_unused=*/true);
+      for (size_t k = 0; k < g.size(); ++k) result[slot[k]] = g[k];
+    }
+    inputs_.clear();
+    params_.clear();
+    return result;
+  }
+
+  void release_variables() override {
+    inputs_.clear();
+    params_.clear();
+  }
+
+ private:
+  CheckpointedFn fn_;
+  std::vector<at::Tensor> inputs_;
+  std::vector<at::Tensor> params_;
+  at::Tensor rng_;
+};
+
+}  // namespace
+
+std::vector<at::Tensor> checkpoint_activations(const CheckpointedFn& fn,
+                                               const std::vector<at::Tensor>& inputs,
+                                               const std::vector<at::Tensor>& params) {
+  if (!at::GradMode::is_enabled()) return fn(inputs);
+  const at::Tensor rng = generator_state();
+  std::vector<at::Tensor> out;
+  {
+    at::NoGradGuard no_grad;
+    out = fn(inputs);
+  }
+  bool needed = false;
+  for (const auto& x : inputs) needed = needed || x.requires_grad();
+  for (const auto& p : params) needed = needed || p.requires_grad();
+  if (!needed) return out;
+  // Detached copies keep the values without the graph that produced them.
+  std::vector<at::Tensor> kept;
+  for (const auto& x : inputs) {
+    kept.push_back(x.requires_grad() ? x.detach().requires_grad_(true) : x.detach());
+  }
+  auto node = std::shared_ptr<RecomputeBackward>(new RecomputeBackward(fn, kept, params, rng),
+                                                 torch::autograd::deleteNode);
+  node->set_next_edges(torch::autograd::collect_next_edges(inputs, params));
+  for (auto& o : out) {
+    TS_CHECK(o.defined() && at::isFloatingType(o.scalar_type()),
+             "checkpoint_activations: fn must return floating-point tensors");
+    torch::autograd::set_history(o, node);
+  }
+  return out;
+}
+
+}  // namespace tessera::models
