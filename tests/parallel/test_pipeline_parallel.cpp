@@ -91,8 +91,12 @@ void check_pipeline(int p, const std::string& schedule, int v, int tp = 1, bool 
         EXPECT_NEAR(r.loss, want_losses[static_cast<size_t>(step)], 1e-5)
             << schedule << " p " << p << " step " << step;
       }
-      if (schedule == "1f1b") EXPECT_LE(r.max_live_activations, p);
-      if (schedule == "gpipe") EXPECT_EQ(r.max_live_activations, kMicro);
+      if (schedule == "1f1b") {
+        EXPECT_LE(r.max_live_activations, p);
+      }
+      if (schedule == "gpipe") {
+        EXPECT_EQ(r.max_live_activations, kMicro);
+      }
     }
     double worst = 0;
     for (const auto& [name, t] : stage.named_parameters()) {
@@ -250,7 +254,9 @@ TEST(PipelineParallel, ForwardOnlyEvaluationGivesTheReferenceLoss) {
     PipelineExecutor exec(mesh.pp(), make_pipeline_schedule("interleaved", 2, kMicro, 2), 2);
     stage.set_batch(ids, targets, kMicro);
     const auto r = exec.evaluate(stage, kMicro);
-    if (r.has_loss) EXPECT_NEAR(r.loss, want, 1e-5);
+    if (r.has_loss) {
+      EXPECT_NEAR(r.loss, want, 1e-5);
+    }
     EXPECT_EQ(r.has_loss, mesh.last_stage());
   });
 }

@@ -55,7 +55,7 @@ void check_mlp(int tp, bool sequence_parallel) {
     auto yd = fc2(torch::gelu(fc1(xd)));
     (yd * target).sum().backward();
 
-    TensorParallelOptions o{group, sequence_parallel};
+    TensorParallelOptions o{group, sequence_parallel, nullptr};
     ColumnParallelLinear col(in, hidden, o);
     RowParallelLinear row(hidden, out, o);  // their own init draws from the generator too
     lock.unlock();
@@ -107,7 +107,7 @@ void check_vocab(int tp, bool sequence_parallel) {
     auto loss_d = torch::nn::functional::cross_entropy(logits.view({-1, V}), targets.view(-1));
     loss_d.backward();
 
-    TensorParallelOptions o{group, sequence_parallel};
+    TensorParallelOptions o{group, sequence_parallel, nullptr};
     VocabParallelEmbedding vemb(V, C, o);
     lock.unlock();
     vemb->from_dense(emb->weight);
@@ -136,7 +136,7 @@ TEST(TensorParallel, VocabParallelEmbeddingAndCrossEntropyEqualTheDenseOnes) {
 TEST(TensorParallel, ShapesThatDoNotSplitAreConfigErrors) {
   run_ranks(2, [&](int rank, int size, std::shared_ptr<comm::Store> store) {
     auto group = make_group(rank, size, store, "gloo");
-    TensorParallelOptions o{group, false};
+    TensorParallelOptions o{group, false, nullptr};
     EXPECT_THROW(ColumnParallelLinear(4, 7, o), ConfigError);
     EXPECT_THROW(RowParallelLinear(7, 4, o), ConfigError);
     EXPECT_THROW(VocabParallelEmbedding(31, 4, o), ConfigError);
@@ -157,7 +157,7 @@ void check_gpt(int tp, bool sequence_parallel) {
     c.bias = false;
     c.seed = 5;
     models::GPT dense(c);
-    TensorParallelGPT model(c, TensorParallelOptions{group, sequence_parallel});
+    TensorParallelGPT model(c, TensorParallelOptions{group, sequence_parallel, nullptr});
     torch::optim::AdamW opt_d(dense->parameters(), torch::optim::AdamWOptions(1e-2));
     torch::optim::AdamW opt_t(model->parameters(), torch::optim::AdamWOptions(1e-2));
     auto dense_params = dense->named_parameters(true);
@@ -247,7 +247,7 @@ TEST(TensorParallel, GptDropoutKeepsTheReplicatedStreamEqualAcrossRanks) {
     EXPECT_NEAR(model->loss(idx, targets).item<double>(), dense->loss(idx, targets).item<double>(),
                 1e-5);
     c.dropout = 0.2;
-    EXPECT_THROW(TensorParallelGPT(c, TensorParallelOptions{group, false}), ConfigError)
+    EXPECT_THROW(TensorParallelGPT(c, TensorParallelOptions{group, false, nullptr}), ConfigError)
         << "dropout without a DropoutRng";
   });
 }
@@ -259,7 +259,7 @@ TEST(TensorParallel, GptLayoutsThatDoNotSplitAreConfigErrors) {
     c.n_head = 3;
     c.n_embd = 48;
     try {
-      TensorParallelGPT m(c, TensorParallelOptions{group, false});
+      TensorParallelGPT m(c, TensorParallelOptions{group, false, nullptr});
       ADD_FAILURE() << "expected ConfigError";
     } catch (const ConfigError& e) {
       EXPECT_NE(std::string(e.what()).find("model.n_head 3 does not divide by tensor_model_parallel_size 2"),
@@ -267,7 +267,7 @@ TEST(TensorParallel, GptLayoutsThatDoNotSplitAreConfigErrors) {
     }
     c.n_head = 2;
     c.vocab_size = 255;
-    EXPECT_THROW(TensorParallelGPT(c, TensorParallelOptions{group, false}), ConfigError);
+    EXPECT_THROW(TensorParallelGPT(c, TensorParallelOptions{group, false, nullptr}), ConfigError);
   });
 }
 
