@@ -174,6 +174,11 @@ TEST_F(ModelParallelCli, CheckpointsResumeAcrossLayoutsAndConsolidate) {
   EXPECT_LE(to_dp4, 1e-5);
   EXPECT_LE(to_tp2pp2, 1e-5);
 
+  auto info = run_command(tessera_bin() + " ckpt info " + (dir_ / "a").string() + " 2>&1", 60);
+  ASSERT_EQ(info.exit_code, 0) << info.output;
+  EXPECT_NE(info.output.find("layout      tp2 x pp2 (v 1)"), std::string::npos) << info.output;
+  EXPECT_NE(info.output.find("model.h.0.attn.c_attn.weight"), std::string::npos) << info.output;
+
   // The tp2·pp2 checkpoint consolidates into the dense GPT, whose validation
   // loss on the batches the run evaluated is the one it logged.
   const fs::path pt = dir_ / "gpt.pt";

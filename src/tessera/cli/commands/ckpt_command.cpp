@@ -67,6 +67,11 @@ int info(const Args& args) {
   std::printf("step        %lld\n", static_cast<long long>(reader.step()));
   std::printf("world size  %d\n", reader.world_size());
   std::printf("ZeRO stage  %d\n", meta.value("zero_stage", 0));
+  if (meta.contains("tensor_model_parallel_size")) {  // saved by the ModelParallelEngine
+    std::printf("layout      tp%d x pp%d (v %d)\n", meta.value("tensor_model_parallel_size", 1),
+                meta.value("pipeline_model_parallel_size", 1),
+                meta.value("virtual_pipeline_model_parallel_size", 1));
+  }
   if (meta.contains("optimizer")) {
     std::printf("optimizer   %s\n", meta.value("optimizer", "").c_str());
   }
