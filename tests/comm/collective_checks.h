@@ -17,6 +17,9 @@
 #include <vector>
 
 #include "comm/collective_reference.h"
+#include <ATen/CPUGeneratorImpl.h>
+
+#include "tessera/comm/comm_stats.h"
 #include "tessera/comm/process_group.h"
 
 namespace tessera::testing {
@@ -75,6 +78,40 @@ inline void check_half_accuracy(comm::ProcessGroup& g) {
     g.all_reduce(t)->wait();
     at::Tensor expected = at::full({33}, big + (g.size() - 1), at::kDouble).to(dtype);
     expect_matches(t, expected, true, rank_label(g.rank(), c10::str("half accuracy ", dtype)));
+  }
+}
+
+// 16-bit reductions send 16 bits and round once: every rank's random values,
+// rounded to the dtype, summed in float32 and rounded once, must come back
+// bitwise from all_reduce (sum and avg, the average divided before rounding)
+// and reduce_scatter; the group's counters must show 2 bytes per element.
+inline void check_half_wire(comm::ProcessGroup& g) {
+  const int64_t n = 1001;
+  for (at::ScalarType dtype : {at::kHalf, at::kBFloat16}) {
+    at::Tensor sum = at::zeros({n}, at::kFloat);
+    for (int r = 0; r < g.size(); ++r) {
+      sum += at::randn({n}, at::detail::createCPUGenerator(500 + r)).to(dtype).to(at::kFloat);
+    }
+    at::Tensor mine = at::randn({n}, at::detail::createCPUGenerator(500 + g.rank())).to(dtype);
+    at::Tensor t = mine.clone();
+    const comm::CommStats before = g.comm_stats();
+    g.all_reduce(t)->wait();
+    const comm::CommStats after = g.comm_stats();
+    expect_matches(t, sum.to(dtype), true, rank_label(g.rank(), c10::str("half wire sum ", dtype)));
+    EXPECT_EQ(comm::CommStats::difference(after, before)[comm::OpType::kAllReduce].bytes,
+              comm::wire_bytes(comm::OpType::kAllReduce, n * 2, g.size()))
+        << rank_label(g.rank(), c10::str("half wire bytes ", dtype));
+    t = mine.clone();
+    g.all_reduce(t, comm::ReduceOp::kAvg)->wait();
+    expect_matches(t, sum.div(g.size()).to(dtype), true,
+                   rank_label(g.rank(), c10::str("half wire avg ", dtype)));
+    std::vector<int64_t> counts = comm::shard_sizes(n, g.size());
+    int64_t offset = 0;
+    for (int r = 0; r < g.rank(); ++r) offset += counts[r];
+    at::Tensor out = at::empty({counts[g.rank()]}, dtype);
+    g.reduce_scatter(out, mine)->wait();
+    expect_matches(out, sum.narrow(0, offset, counts[g.rank()]).to(dtype), true,
+                   rank_label(g.rank(), c10::str("half wire reduce_scatter ", dtype)));
   }
 }
 

@@ -44,6 +44,7 @@ void run_suite(const std::string& backend, int world) {
       EXPECT_EQ(g->backend_name(), backend);
       check_all_reduce(*g, {kDtypes, kSizes, kOps});
       check_half_accuracy(*g);
+      check_half_wire(*g);
       check_broadcast(*g, {{at::kFloat, at::kLong, at::kBFloat16}, kSizes, {}});
       check_all_gather(*g, {{at::kFloat, at::kInt, at::kHalf}, kSizes, {}});
       check_reduce_scatter(*g, {{at::kFloat, at::kLong, at::kHalf, at::kBFloat16}, kSizes,

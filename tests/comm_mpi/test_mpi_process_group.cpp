@@ -1,7 +1,8 @@
 // The mpi backend through the public API: tessera::init() under mpirun (which
 // reads OMPI_COMM_WORLD_*) with backend "mpi", then every ProcessGroup op over
-// every dtype, uneven and empty sizes, AVG, half types (upcast by the group), p2p
-// and subgroups. Outside mpirun only the "mpi needs mpirun" error is checked.
+// every dtype, uneven and empty sizes, AVG, half types (reduced by the group over
+// 16-bit words, rounded once: comm/collective_checks.h), p2p and subgroups. Outside mpirun only the "mpi needs mpirun" error is checked.
+#include "comm/collective_checks.h"
 #include "comm_mpi/mpi_test_util.h"
 #include "tessera/comm/init.h"
 #include "tessera/core/error.h"
@@ -67,6 +68,11 @@ TEST_F(MpiGroup, AllReduceEveryDtypeIncludingHalfAndAvg) {
   auto t = at::full({8}, 2.0 * (g_->rank() + 1), at::kFloat);
   g_->all_reduce(t, ReduceOp::kAvg)->wait();
   EXPECT_TRUE(at::allclose(t, at::full({8}, g_->size() + 1.0, at::kFloat)));
+}
+
+TEST_F(MpiGroup, HalfTypesTravelAsSixteenBitsAndRoundOnce) {
+  check_half_accuracy(*g_);
+  check_half_wire(*g_);
 }
 
 TEST_F(MpiGroup, ReduceScatterAndAllGatherUneven) {

@@ -64,9 +64,22 @@ class StoreBackend : public comm::Backend {
     for (int r = 0; r < rank(); ++r) off += counts[r];
     out.copy_(full.narrow(0, off, counts[rank()]));
   }
-  void all_to_all(const at::Tensor&, at::Tensor&, const std::vector<int64_t>&,
-                  const std::vector<int64_t>&) override {
-    TS_THROW(CommError, "backend store does not support all_to_all");
+  void all_to_all(const at::Tensor& in, at::Tensor& out, const std::vector<int64_t>& send_counts,
+                  const std::vector<int64_t>& recv_counts) override {
+    const uint64_t round = ++round_;
+    int64_t off = 0;
+    for (int dst = 0; dst < size(); ++dst) {
+      ctx_.store->set(c10::str("a2a/", round, "/", rank(), "/", dst),
+                      to_bytes(in.narrow(0, off, send_counts[dst]).contiguous()));
+      off += send_counts[dst];
+    }
+    off = 0;
+    for (int src = 0; src < size(); ++src) {
+      out.narrow(0, off, recv_counts[src])
+          .copy_(from_bytes(ctx_.store->get(c10::str("a2a/", round, "/", src, "/", rank())), in,
+                            recv_counts[src]));
+      off += recv_counts[src];
+    }
   }
   void send(const at::Tensor& data, int dst, int tag) override {
     ctx_.store->set(c10::str("p2p/", rank(), "/", dst, "/", tag, "/", sent_[dst]++), to_bytes(data));

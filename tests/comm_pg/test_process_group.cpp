@@ -1,5 +1,5 @@
 // ProcessGroup's own behaviour over the test-only store backend: flattening,
-// non-contiguous inputs, half-type upcasting, AVG, uneven shards, subgroups,
+// non-contiguous inputs, half types (16-bit slices summed in float32), AVG, uneven shards, subgroups,
 // sequence numbers, the broken state, missing-rank reports and debug checks.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
@@ -53,7 +53,7 @@ TEST(ProcessGroup, AllReduceOpsOnNonContiguousAndHalfTensors) {
     pg->all_reduce(iavg, ReduceOp::kAvg)->wait();
     EXPECT_TRUE(at::equal(iavg, at::full({4}, 2, at::kInt)));
 
-    // 1000 x 0.1 in half precision: upcasting keeps the sum accurate.
+    // 1000 x 0.1 in half precision: float32 accumulation keeps the sum accurate.
     at::Tensor h = at::full({1000}, 0.1, at::kHalf);
     pg->all_reduce(h, ReduceOp::kSum)->wait();
     EXPECT_NEAR(h.to(at::kFloat).sum().item<float>(), 300.0f, 0.5f);

@@ -123,7 +123,8 @@ TEST(Config, BadChoicesAndUnsupportedSections) {
                    "total_num_steps' is required");
   EXPECT_ERROR_HAS(R"({"train_batch_size": 8, "data_parallel": {"comm_hook": "int8"}})",
                    "use none, fp16 or bf16");
-  EXPECT_ERROR_HAS(R"({"train_batch_size": 8, "fp16": {"enabled": true}})", "not supported");
+  EXPECT_ERROR_HAS(R"({"train_batch_size": 8, "fp16": {"enabled": true}, "bf16": {"enabled": true}})",
+                   "enables both 'fp16' and 'bf16'");
   EXPECT_ERROR_HAS(R"({"train_batch_size": 8, "zero_optimization": {"stage": 4}})",
                    "must be 0, 1, 2 or 3, got 4");
   EXPECT_ERROR_HAS(R"({"train_batch_size": 8, "zero_optimization": {"stage": 2,

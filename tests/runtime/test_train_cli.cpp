@@ -164,3 +164,48 @@ TEST_F(TrainCli, CorruptedCheckpointIsRefusedAndThePreviousOneResumes) {
 
 }  // namespace
 }  // namespace tessera::testing
+
+namespace tessera::testing {
+namespace {
+
+// fp16 through the CLI: an injected overflow (TESSERA_TEST_GRAD_OVERFLOW) is
+// skipped, logged and counted in metrics.jsonl; overflowing forever ends with
+// the documented error and a non-zero exit instead of training on.
+TEST_F(TrainCli, Fp16OverflowIsSkippedCountedAndPersistentOverflowStops) {
+  const std::string fp16 = write_config(
+      "fp16.json", R"(, "fp16": {"enabled": true, "initial_scale_power": 8, "hysteresis": 1})");
+  auto once = run_command("TESSERA_TEST_GRAD_OVERFLOW=3 TESSERA_TIMEOUT=20 " + tessera_bin() +
+                              " train --config " + fp16 + " --steps 6 --out " +
+                              (dir_ / "once").string() + " 2>&1",
+                          120);
+  ASSERT_EQ(once.exit_code, 0) << once.output;
+  EXPECT_NE(once.output.find("step 3: fp16 gradient overflow, step skipped; loss scale now 128"),
+            std::string::npos) << once.output;
+  std::ifstream in(dir_ / "once" / "metrics.jsonl");
+  std::map<int64_t, nlohmann::json> rows;
+  for (std::string line; std::getline(in, line);) {
+    auto j = nlohmann::json::parse(line);
+    if (j.contains("loss")) rows[j["step"].get<int64_t>()] = j;
+  }
+  ASSERT_EQ(rows.size(), 6u);
+  EXPECT_EQ(rows[2]["skipped_steps"], 0);
+  EXPECT_EQ(rows[2]["loss_scale"], 256.0);
+  EXPECT_EQ(rows[3]["skipped_steps"], 1);
+  EXPECT_EQ(rows[6]["loss_scale"], 128.0);
+
+  const std::string doomed = write_config(
+      "doomed.json", R"(, "fp16": {"enabled": true, "initial_scale_power": 2, "hysteresis": 1,
+                                   "loss_scale_window": 4})");
+  auto forever = run_command("TESSERA_TEST_GRAD_OVERFLOW=all TESSERA_TIMEOUT=20 " + tessera_bin() +
+                                 " run --master-port 0 -n 2 " + tessera_bin() + " train --config " +
+                                 doomed + " --out " + (dir_ / "doomed").string() + " 2>&1",
+                             120);
+  EXPECT_NE(forever.exit_code, 0) << forever.output;
+  EXPECT_NE(forever.output.find("overflowed (inf or nan) on 4 consecutive steps at the minimum "
+                                "loss scale 1"),
+            std::string::npos) << forever.output;
+  EXPECT_EQ(forever.output.find("step 20"), std::string::npos) << "trained to the end";
+}
+
+}  // namespace
+}  // namespace tessera::testing

@@ -166,8 +166,12 @@ TEST(Zero, MemoryAndCommunicationFollowThePaper) {
     EXPECT_NEAR(state / expected[stage], 1.0, 0.10) << "stage " << stage;
     EXPECT_EQ(f.memory.buffer_bytes, 0) << "nothing in flight between steps";
     EXPECT_GT(f.memory.peak_rss_bytes, 0);
-    if (stage == 1 || stage == 2) EXPECT_NEAR(ratio, 1.0, 0.05) << "stage " << stage;
-    if (stage == 3) EXPECT_NEAR(ratio, 1.5, 0.1);
+    if (stage == 1 || stage == 2) {
+      EXPECT_NEAR(ratio, 1.0, 0.05) << "stage " << stage;
+    }
+    if (stage == 3) {
+      EXPECT_NEAR(ratio, 1.5, 0.1);
+    }
   }
 }
 

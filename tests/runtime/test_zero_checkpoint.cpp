@@ -112,7 +112,7 @@ TEST(ZeroCheckpoint, SavedAtOneWorldAndStageResumesAtAnyOther) {
   EXPECT_EQ(all.info("optim.wte.weight.exp_avg").shape, (std::vector<int64_t>{64, 32}));
 
   for (auto [world, stage] : {std::pair{2, 1}, {1, 0}, {3, 2}, {4, 3}}) {
-    const double d = max_diff(train({world, stage, saved, 3}), straight);
+    const double d = max_diff(train({world, stage, saved, 3, "", 0}), straight);
     std::printf("[zero ckpt] saved at 4 ranks stage 3, resumed at %d ranks stage %d: "
                 "max |diff| after 3 more steps %.3g\n", world, stage, d);
     EXPECT_LE(d, 1e-5) << world << " ranks stage " << stage;
@@ -122,7 +122,7 @@ TEST(ZeroCheckpoint, SavedAtOneWorldAndStageResumesAtAnyOther) {
 TEST(ZeroCheckpoint, DataParallelCheckpointLoadsIntoStageThree) {
   tessera::testing::TempDir dir("zero_ckpt0");
   const Params straight = train({2, 0, "", 4, dir.path(), 2});
-  const double d = max_diff(train({4, 3, dir.path() + "/step_2", 2}), straight);
+  const double d = max_diff(train({4, 3, dir.path() + "/step_2", 2, "", 0}), straight);
   std::printf("[zero ckpt] saved at 2 ranks stage 0, resumed at 4 ranks stage 3: %.3g\n", d);
   EXPECT_LE(d, 1e-5);
 }

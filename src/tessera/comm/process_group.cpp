@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "tessera/comm/collective_check.h"
+#include "tessera/comm/half_reduction.h"
 #include "tessera/comm/process_group_impl.h"
 #include "tessera/core/check.h"
 #include "tessera/core/env.h"
@@ -97,13 +98,15 @@ WorkHandle ProcessGroup::all_reduce(at::Tensor tensor, ReduceOp op) {
   return impl_->enqueue_collective(OpType::kAllReduce, sig, [=] {
     at::Tensor data = flat(tensor);
     at::ScalarType dtype = data.scalar_type();
-    bool upcast = is_half(dtype) && !backend->reduces_natively(dtype);
     bool divide = op == ReduceOp::kAvg && !backend->supports_avg();
-    at::Tensor buf = upcast ? data.to(at::kFloat) : data;
-    impl->count(OpType::kAllReduce, buf.nbytes());
-    backend->all_reduce(buf, divide ? ReduceOp::kSum : op);
-    if (divide) divide_in_place(buf, size);
-    if (upcast) data.copy_(buf);
+    impl->count(OpType::kAllReduce, data.nbytes());
+    if (is_half(dtype) && !backend->reduces_natively(dtype) && size > 1) {
+      half_all_reduce(*backend, data, divide ? ReduceOp::kSum : op, divide ? size : 1.0,
+                      shard_sizes(data.numel(), size));
+    } else {
+      backend->all_reduce(data, divide ? ReduceOp::kSum : op);
+      if (divide) divide_in_place(data, size);
+    }
     write_back(tensor, data);
   });
 }
@@ -183,14 +186,15 @@ WorkHandle ProcessGroup::reduce_scatter(at::Tensor output, at::Tensor input, Red
     at::Tensor in = flat(input);
     at::Tensor out = flat(output);
     at::ScalarType dtype = in.scalar_type();
-    bool upcast = is_half(dtype) && !backend->reduces_natively(dtype);
     bool divide = op == ReduceOp::kAvg && !backend->supports_avg();
-    at::Tensor in_buf = upcast ? in.to(at::kFloat) : in;
-    at::Tensor out_buf = upcast ? at::empty({out.numel()}, in_buf.options()) : out;
-    impl->count(OpType::kReduceScatter, in_buf.nbytes());
-    backend->reduce_scatter(in_buf, out_buf, counts, divide ? ReduceOp::kSum : op);
-    if (divide) divide_in_place(out_buf, size);
-    if (upcast) out.copy_(out_buf);
+    impl->count(OpType::kReduceScatter, in.nbytes());
+    if (is_half(dtype) && !backend->reduces_natively(dtype) && size > 1) {
+      half_reduce_scatter(*backend, in, out, counts, divide ? ReduceOp::kSum : op,
+                          divide ? size : 1.0);
+    } else {
+      backend->reduce_scatter(in, out, counts, divide ? ReduceOp::kSum : op);
+      if (divide) divide_in_place(out, size);
+    }
     write_back(output, out);
   });
 }

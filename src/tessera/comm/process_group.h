@@ -7,8 +7,9 @@
 //
 // The group accepts what users hand it and gives the backend only flat contiguous
 // tensors: any shape, non-contiguous inputs are copied (and results copied back),
-// half types are upcast to float32 for reductions when the backend can't
-// accumulate them exactly, AVG is SUM-then-divide when the backend lacks it.
+// half types are reduced over 16-bit wires with one float32 rounding when the
+// backend can't do that itself (half_reduction.h), AVG is SUM-then-divide when
+// the backend lacks it.
 //
 // Failures: a backend error is rethrown from wait() with the group, op, sequence
 // number and, from the ranks' progress heartbeats in the store, the ranks that had

@@ -54,6 +54,12 @@ const std::vector<EnvVar>& registry() {
       {"TESSERA_HOST_MEMORY_CACHE", "1",
        "1: malloc keeps freed memory up to 32 MiB per buffer for reuse, so steps do not re-fault "
        "pages; 0: C library defaults"},
+      {"TESSERA_BF16_GEMM", "auto",
+       "bf16 training's GEMMs: native (bf16 with float32 accumulation), fp32 (upcast "
+       "operands), or auto (native where the CPU has AVX512-BF16)"},
+      {"TESSERA_TEST_GRAD_OVERFLOW", nullptr,
+       "test hook: steps (comma-separated, or all) at which tessera train's rank 0 "
+       "backpropagates an infinite loss"},
   };
   return vars;
 }

@@ -8,6 +8,7 @@
 #include "tessera/core/check.h"
 #include "tessera/models/activation_checkpoint.h"
 #include "tessera/models/ops/causal_attention.h"
+#include "tessera/models/ops/low_precision.h"
 
 namespace tessera::models {
 
@@ -22,6 +23,9 @@ void GPTConfig::validate() const {
              ") must be a positive multiple of n_head (", n_head, ")");
   TS_CHECK_T(ConfigError, dropout >= 0 && dropout < 1, "GPTConfig.dropout must be in [0, 1), got ",
              dropout);
+  TS_CHECK_T(ConfigError, compute_dtype == at::kFloat || ops::is_low_precision(compute_dtype),
+             "GPTConfig.compute_dtype must be float32, bfloat16 or float16, got ",
+             compute_dtype);
   TS_CHECK_T(ConfigError, activation_checkpoints >= 0 && activation_checkpoints <= n_layer,
              "activation_checkpointing.number_checkpoints must be in [0, n_layer = ", n_layer,
              "] (0: every block), got ", activation_checkpoints);
@@ -43,13 +47,20 @@ CausalSelfAttentionImpl::CausalSelfAttentionImpl(const GPTConfig& config)
 
 torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
   const int64_t B = x.size(0), T = x.size(1), C = x.size(2);
-  auto qkv = c_attn(x);
+  auto qkv = ops::linear_lowp(x, c_attn->weight, c_attn->bias);
   const bool dropout_active = is_training() && attn_dropout_p_ > 0;
-  auto y = fused_attention_ && !dropout_active && ops::causal_attention_supports(qkv, n_head_)
-               ? ops::causal_attention(qkv, n_head_)
-               : attend_composed(qkv, B, T);
+  // Captures by value: a 16-bit backward calls it again, after forward returned.
+  auto attend = [this, dropout_active, B, T](const std::vector<torch::Tensor>& in) {
+    return fused_attention_ && !dropout_active && ops::causal_attention_supports(in[0], n_head_)
+               ? ops::causal_attention(in[0], n_head_)
+               : attend_composed(in[0], B, T);
+  };
+  // 16-bit activations of float32 parameters: the attention core runs in
+  // float32 on the upcast qkv.
+  auto y = c_attn->weight.scalar_type() == at::kFloat ? ops::fp32_island(attend, {qkv}, {})
+                                                      : attend({qkv});
   TS_INTERNAL_ASSERT(y.size(2) == C, "attention changed the width");
-  return resid_dropout(c_proj(y));
+  return dropout_lowp(resid_dropout, ops::linear_lowp(y, c_proj->weight, c_proj->bias));
 }
 
 torch::Tensor CausalSelfAttentionImpl::attend_composed(const torch::Tensor& qkv, int64_t B,
@@ -81,7 +92,31 @@ GPTMLPImpl::GPTMLPImpl(const GPTConfig& config) {
 }
 
 torch::Tensor GPTMLPImpl::forward(const torch::Tensor& x) {
-  return dropout(c_proj(torch::gelu(c_fc(x))));
+  auto h = ops::linear_lowp(x, c_fc->weight, c_fc->bias);
+  if (c_fc->weight.scalar_type() == at::kFloat) {
+    h = ops::fp32_island([](const std::vector<torch::Tensor>& in) { return torch::gelu(in[0]); },
+                         {h}, {});
+  } else {
+    h = torch::gelu(h);
+  }
+  return dropout_lowp(dropout, ops::linear_lowp(h, c_proj->weight, c_proj->bias));
+}
+
+torch::Tensor dropout_lowp(torch::nn::Dropout& dropout, const torch::Tensor& x) {
+  if (!ops::is_low_precision(x.scalar_type()) || !dropout->is_training() ||
+      dropout->options.p() == 0) {
+    return dropout(x);
+  }
+  auto impl = dropout.ptr();
+  return ops::fp32_island([impl](const std::vector<torch::Tensor>& in) { return impl->forward(in[0]); },
+                          {x}, {});
+}
+
+torch::Tensor layer_norm_lowp(torch::nn::LayerNorm& ln, const torch::Tensor& x) {
+  if (!ops::is_low_precision(x.scalar_type())) return ln(x);
+  auto impl = ln.ptr();
+  return ops::fp32_island([impl](const std::vector<torch::Tensor>& in) { return impl->forward(in[0]); },
+                          {x}, {ln->weight, ln->bias});
 }
 
 namespace {
@@ -99,8 +134,8 @@ BlockImpl::BlockImpl(const GPTConfig& config) {
 }
 
 torch::Tensor BlockImpl::forward(torch::Tensor x) {
-  x = x + attn(ln_1(x));
-  return x + mlp(ln_2(x));
+  x = x + attn(layer_norm_lowp(ln_1, x));
+  return x + mlp(layer_norm_lowp(ln_2, x));
 }
 
 GPTImpl::GPTImpl(const GPTConfig& config) : config_(config) {
@@ -197,6 +232,10 @@ torch::Tensor GPTImpl::forward(const torch::Tensor& idx) {
            " exceeds block_size ", config_.block_size, " (crop the input or raise block_size)");
   auto pos = torch::arange(T, torch::TensorOptions().dtype(torch::kLong).device(idx.device()));
   auto x = drop(wte(idx) + wpe(pos));
+  // The residual stream and every activation after it in compute_dtype.
+  if (ops::is_low_precision(config_.compute_dtype) && x.scalar_type() == at::kFloat) {
+    x = x.to(config_.compute_dtype);
+  }
   // Through the Sequential's modules, so ZeRO stage 3 can wrap the blocks
   // (zero/sharded_module.h).
   if (config_.activation_checkpoints > 0 && is_training()) {
@@ -204,14 +243,21 @@ torch::Tensor GPTImpl::forward(const torch::Tensor& idx) {
   } else {
     x = h->forward(x);
   }
-  x = ln_f(x);
+  x = layer_norm_lowp(ln_f, x);
   // Tied head: the token embedding doubles as the output projection.
-  return F::linear(x, wte->weight);
+  return ops::linear_lowp(x, wte->weight);
 }
 
 torch::Tensor GPTImpl::loss(const torch::Tensor& idx, const torch::Tensor& targets) {
   auto logits = forward(idx);
-  return F::cross_entropy(logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}));
+  const auto flat_targets = targets.reshape({-1});
+  // In float32 whatever the logits' dtype; 16-bit logits are kept, not their
+  // float32 log-softmax.
+  auto ce = [flat_targets](const std::vector<torch::Tensor>& in) {
+    return F::cross_entropy(in[0].reshape({-1, in[0].size(-1)}), flat_targets);
+  };
+  if (wte->weight.scalar_type() != at::kFloat) return ce({logits});
+  return ops::fp32_island(ce, {logits}, {}, /*round_output=*/false);
 }
 
 torch::Tensor GPTImpl::generate(const torch::Tensor& prompt, int64_t max_new_tokens,

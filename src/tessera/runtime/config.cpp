@@ -20,7 +20,7 @@ const std::vector<std::string> kTopKeys = {
     "seed", "comm_timeout", "data_parallel", "fp16", "bf16", "zero_optimization", "model",
     "data", "train", "tensor_model_parallel_size", "pipeline_model_parallel_size",
     "virtual_pipeline_model_parallel_size", "sequence_parallel", "pipeline_schedule",
-    "pipeline_partition_method", "activation_checkpointing"};
+    "pipeline_partition_method", "activation_checkpointing", "communication_data_type"};
 const std::vector<std::string> kOptimizerKeys = {"type", "params"};
 const std::vector<std::string> kOptimizerParams = {
     "lr", "betas", "eps", "weight_decay", "amsgrad", "momentum", "dampening", "nesterov",
@@ -86,14 +86,38 @@ void parse_activation_checkpointing(const json& a, ActivationCheckpointingConfig
              "CPU build and is not supported; set it to false");
 }
 
-void check_unsupported(const json& j) {
-  for (const char* k : {"fp16", "bf16"}) {
-    if (!j.contains(k)) continue;
-    TS_CHECK_T(ConfigError, j[k].is_object(), "config key '", k, "' must be an object");
-    TS_CHECK_T(ConfigError, !read_bool(j[k], "enabled", k, false), "config '", k,
-               ".enabled': true is not supported by the engine yet; remove it or set it to "
-               "false");
+const std::vector<std::string> kFp16Keys = {"enabled", "auto_cast", "loss_scale",
+                                             "initial_scale_power", "loss_scale_window",
+                                             "hysteresis", "consecutive_hysteresis",
+                                             "min_loss_scale"};
+const std::vector<std::string> kBf16Keys = {"enabled"};
+
+void parse_precision(const json& j, PrecisionConfig& c) {
+  bool fp16 = false, bf16 = false;
+  if (j.contains("fp16")) {
+    const json& f = j["fp16"];
+    check_known_keys(f, kFp16Keys, "fp16");
+    fp16 = read_bool(f, "enabled", "fp16", false);
+    TS_CHECK_T(ConfigError, !read_bool(f, "auto_cast", "fp16", false),
+               "config 'fp16.auto_cast': true is not supported (the model chooses where it "
+               "computes in 16 bits, docs/precision.md); set it to false");
+    c.loss_scale = read_number(f, "loss_scale", "fp16", 0.0);
+    c.initial_scale_power = static_cast<int>(read_int(f, "initial_scale_power", "fp16", 16));
+    c.loss_scale_window = read_int(f, "loss_scale_window", "fp16", 1000);
+    c.hysteresis = static_cast<int>(read_int(f, "hysteresis", "fp16", 2));
+    c.consecutive_hysteresis = read_bool(f, "consecutive_hysteresis", "fp16", false);
+    c.min_loss_scale = read_number(f, "min_loss_scale", "fp16", 1.0);
   }
+  if (j.contains("bf16")) {
+    check_known_keys(j["bf16"], kBf16Keys, "bf16");
+    bf16 = read_bool(j["bf16"], "enabled", "bf16", false);
+  }
+  TS_CHECK_T(ConfigError, !(fp16 && bf16), "config enables both 'fp16' and 'bf16'; enable one");
+  c.dtype = fp16 ? "fp16" : bf16 ? "bf16" : "fp32";
+  c.communication_data_type = read_string(j, "communication_data_type", "", "");
+  const std::string& t = c.communication_data_type;
+  TS_CHECK_T(ConfigError, t.empty() || t == "fp32" || t == "fp16" || t == "bf16",
+             "config 'communication_data_type' is '", t, "': use fp32, fp16 or bf16");
 }
 
 const std::vector<std::string> kZeroKeys = {
@@ -342,8 +366,8 @@ int ModelParallelConfig::data_parallel_size(int world) const {
 Config Config::from_json(const json& j, const std::string& source) {
   TS_CHECK_T(ConfigError, j.is_object(), source, ": the config must be a JSON object");
   check_known_keys(j, kTopKeys, "");
-  check_unsupported(j);
   Config c;
+  parse_precision(j, c.precision);
   c.train_batch_size = read_positive_int(j, "train_batch_size", "", 0);
   c.train_micro_batch_size_per_gpu = read_positive_int(j, "train_micro_batch_size_per_gpu", "", 0);
   c.gradient_accumulation_steps = read_positive_int(j, "gradient_accumulation_steps", "", 0);

@@ -108,6 +108,23 @@ struct ActivationCheckpointingConfig {
   bool profile = false;                          // accepted, no effect
 };
 
+// DeepSpeed's "fp16" and "bf16" sections and "communication_data_type"
+// (docs/precision.md). At most one of fp16 and bf16 is enabled.
+struct PrecisionConfig {
+  std::string dtype = "fp32";  // fp32 | fp16 | bf16: the activations' type
+  // fp16 loss scaling (runtime/precision/loss_scaler.h), DeepSpeed's defaults.
+  double loss_scale = 0;  // 0: dynamic
+  int initial_scale_power = 16;
+  int64_t loss_scale_window = 1000;
+  int hysteresis = 2;
+  bool consecutive_hysteresis = false;
+  double min_loss_scale = 1;
+  // The gradients' type on the wire: fp32 | fp16 | bf16. Defaults to `dtype`
+  // for DistributedDataParallel (its comm hook) and to fp32 under ZeRO.
+  std::string communication_data_type;
+  bool enabled() const { return dtype != "fp32"; }
+};
+
 struct Config {
   // As written (0: absent); see resolve_batch().
   int64_t train_batch_size = 0;
@@ -120,6 +137,7 @@ struct Config {
   ZeroConfig zero;
   ModelParallelConfig model_parallel;
   ActivationCheckpointingConfig activation_checkpointing;
+  PrecisionConfig precision;
   int64_t steps_per_print = 10;
   bool wall_clock_breakdown = false;
   // Collective and store timeout in seconds (0: TESSERA_TIMEOUT, default 300);

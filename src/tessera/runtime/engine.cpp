@@ -20,13 +20,50 @@
 namespace tessera::runtime {
 namespace {
 
-ddp::DdpOptions ddp_options(const DataParallelConfig& c) {
+// The gradients' type on the wire: communication_data_type when written, else
+// the training dtype under DDP (DeepSpeed's default) unless data_parallel.comm_hook
+// says otherwise; float32 under ZeRO.
+std::string wire_dtype(const Config& c) {
+  const std::string& written = c.precision.communication_data_type;
+  const std::string& hook = c.data_parallel.comm_hook;
+  if (c.zero.stage > 0) {
+    TS_CHECK_T(ConfigError, written.empty() || written == "fp32",
+               "config 'communication_data_type': ", written, " is not supported with ZeRO "
+               "stage ", c.zero.stage, " (its gradients are reduced in float32); set it to "
+               "fp32 or remove it");
+    return "fp32";
+  }
+  if (!written.empty()) {
+    TS_CHECK_T(ConfigError, hook == "none" || hook == written, "config "
+               "'communication_data_type' is ", written, " but 'data_parallel.comm_hook' is ",
+               hook, "; keep one of them");
+    return written;
+  }
+  if (hook != "none") return hook;
+  return c.precision.dtype;
+}
+
+ddp::DdpOptions ddp_options(const Config& config) {
+  const DataParallelConfig& c = config.data_parallel;
   ddp::DdpOptions o;
   o.bucket_cap_mb = c.bucket_cap_mb;
   o.find_unused_parameters = c.find_unused_parameters;
   o.broadcast_buffers = c.broadcast_buffers;
-  o.comm_hook = ddp::parse_comm_hook(c.comm_hook);
+  const std::string wire = wire_dtype(config);
+  o.comm_hook = ddp::parse_comm_hook(wire == "fp32" ? "none" : wire);
   return o;
+}
+
+std::optional<precision::LossScaler> make_scaler(const PrecisionConfig& p) {
+  if (p.dtype != "fp16") return std::nullopt;
+  precision::LossScalerOptions o;
+  o.loss_scale = p.loss_scale;
+  o.initial_scale_power = p.initial_scale_power;
+  o.loss_scale_window = p.loss_scale_window;
+  o.hysteresis = p.hysteresis;
+  o.consecutive_hysteresis = p.consecutive_hysteresis;
+  o.min_loss_scale = p.min_loss_scale;
+  return precision::LossScaler(o);
 }
 
 NamedParams trainable(torch::nn::Module& m) {
@@ -84,9 +121,11 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, Config config,
              "the config has an \"optimizer\" section and an optimizer was passed to "
              "tessera::initialize as well; remove one of them");
   for (const auto& b : module_->buffers()) buffers_.push_back(b);
+  scaler_ = make_scaler(config_.precision);
   if (config_.zero.stage == 0) {
-    ddp_ = std::make_unique<ddp::DistributedDataParallel>(module_, group_,
-                                                          ddp_options(config_.data_parallel));
+    ddp_ = std::make_unique<ddp::DistributedDataParallel>(module_, group_, ddp_options(config_));
+  } else {
+    wire_dtype(config_);  // ConfigError for 16-bit communication under ZeRO
   }
 }
 
@@ -202,7 +241,8 @@ void Engine::zero_grad() {
 
 void Engine::apply_schedule() {
   if (!schedule_.active()) return;
-  const int64_t it = LrSchedule::iteration_after(global_steps_);
+  // Skipped (overflowed) steps do not advance the schedule, as in DeepSpeed.
+  const int64_t it = LrSchedule::iteration_after(global_steps_ - skipped_steps_);
   auto& groups = optimizer_->param_groups();
   for (size_t g = 0; g < groups.size(); ++g) groups[g].options().set_lr(schedule_.lr_at(it, group_lrs_[g]));
 }
@@ -231,8 +271,10 @@ void Engine::backward(const at::Tensor& loss) {
            "Engine::backward: the loss was computed before the last engine.step() changed "
            "the parameters; run forward again after each step");
   const int64_t ga = config_.gradient_accumulation_steps;
-  // Scaling the loss (not the gradients) keeps the accumulated sum an average.
-  const at::Tensor scaled = ga > 1 ? loss / static_cast<double>(ga) : loss;
+  // Scaling the loss (not the gradients) keeps the accumulated sum an average;
+  // fp16 multiplies it by the loss scale too, undone in step().
+  const double factor = loss_scale() / static_cast<double>(ga);
+  const at::Tensor scaled = factor != 1.0 ? loss * factor : loss;
   const auto start = Clock::now();
   const bool boundary = is_gradient_accumulation_boundary();
   if (zero_) {
@@ -283,11 +325,60 @@ double Engine::clip_gradients() {
   return norm;
 }
 
+bool Engine::gradients_finite() {
+  at::NoGradGuard no_grad;
+  bool finite = true;
+  for (auto& group : optimizer_->param_groups()) {
+    for (auto& p : group.params()) {
+      if (finite && p.grad().defined()) finite = at::isfinite(p.grad()).all().item<bool>();
+    }
+  }
+  // DDP: every rank holds the same averaged gradients (an inf anywhere is an inf
+  // everywhere after the sum). ZeRO: each rank sees only its shard, so agree.
+  if (zero_) {
+    at::Tensor flag = at::full({1}, finite ? 0 : 1, at::kInt);
+    group_->all_reduce(flag, comm::ReduceOp::kMax)->wait();
+    finite = flag.item<int>() == 0;
+  }
+  return finite;
+}
+
+void Engine::scale_gradients(double factor) {
+  at::NoGradGuard no_grad;
+  for (auto& group : optimizer_->param_groups()) {
+    for (auto& p : group.params()) {
+      if (p.grad().defined()) p.grad().mul_(factor);
+    }
+  }
+}
+
 bool Engine::step() {
   if (micro_steps_ == 0 || micro_steps_ % config_.gradient_accumulation_steps != 0) return false;
   TS_CHECK(step_pending_, "Engine::step called twice after one backward(); run forward and "
            "backward for the next batch first");
   const auto start = Clock::now();
+  last_step_skipped_ = scaler_ && !gradients_finite();
+  if (last_step_skipped_) {
+    zero_grad();
+    ++skipped_steps_;
+    scaler_->update(true);  // ConfigError once overflow persists at the minimum scale
+    if (group_->rank() == 0) {
+      TS_LOG(INFO) << "step " << global_steps_ + 1 << ": fp16 gradient overflow, step skipped; "
+                   << "loss scale now " << scaler_->scale();
+    }
+    ++global_steps_;
+    step_pending_ = false;
+    first_node_after_step_ = at::sequence_number::peek();
+    apply_schedule();
+    return true;
+  }
+  if (scaler_) {
+    scale_gradients(1.0 / scaler_->scale());
+    if (scaler_->update(false) && group_->rank() == 0) {
+      TS_LOG(DEBUG) << "step " << global_steps_ + 1 << ": loss scale raised to "
+                    << scaler_->scale();
+    }
+  }
   last_grad_norm_ = clip_gradients();
   optimizer_->step();
   if (zero_) {

@@ -25,6 +25,16 @@
 // it spent waiting for gradient all-reduces) and the optimizer step, and rank 0
 // logs the per-step averages every steps_per_print steps.
 //
+// Mixed precision (the config's "fp16"/"bf16" sections, docs/precision.md): the
+// module's float32 parameters are the master weights the optimizer steps, and
+// the model computes with 16-bit activations (models/ops/low_precision.h; the
+// GPT's compute_dtype). Gradients are float32 and accumulate in float32; they
+// travel as communication_data_type (the training dtype by default under DDP).
+// With fp16, backward() multiplies the loss by the loss scale and step()
+// unscales the gradients; an inf or nan in any gradient on any rank skips that
+// step on every rank (counted in skipped_steps(), the schedule not advanced)
+// and updates the scale with DeepSpeed's rules (precision/loss_scaler.h).
+//
 // Ownership: shares the module and the group; owns the DDP wrapper and optimizer.
 // Movable, not copyable. Thread safety: none; one engine per rank, used from the
 // thread that created it. backward/step/save/load are collective over the group.
@@ -49,6 +59,7 @@
 #include "tessera/runtime/lr_schedules.h"
 #include "tessera/runtime/named_params.h"
 #include "tessera/runtime/optimizer_factory.h"
+#include "tessera/runtime/precision/loss_scaler.h"
 #include "tessera/runtime/zero/zero_data_parallel.h"
 
 namespace torch::autograd {
@@ -143,6 +154,12 @@ class Engine {
   double lr() const;
   // Global gradient L2 norm before clipping, measured at the last step (0 before).
   double last_grad_norm() const { return last_grad_norm_; }
+  // fp16: the current loss scale (1 without fp16).
+  double loss_scale() const { return scaler_ ? scaler_->scale() : 1.0; }
+  // Boundaries whose step was skipped because a gradient overflowed (fp16).
+  int64_t skipped_steps() const { return skipped_steps_; }
+  // Whether the last step() skipped its update.
+  bool last_step_skipped() const { return last_step_skipped_; }
 
   // Collective. Saves this step as dir/step_<global_steps()> in the layout of
   // checkpoint/checkpoint_writer.h: rank 0 writes the model and optimizer state,
@@ -197,6 +214,9 @@ class Engine {
                            std::vector<torch::optim::OptimizerParamGroup>)>& build);
   void apply_schedule();
   double clip_gradients();
+  // fp16: whether every gradient on every rank is finite (collective under ZeRO).
+  bool gradients_finite();
+  void scale_gradients(double factor);
   void close_breakdown_window();
 
   Config config_;
@@ -221,6 +241,9 @@ class Engine {
   int64_t global_steps_ = 0;
   int64_t micro_steps_ = 0;
   double last_grad_norm_ = 0.0;
+  std::optional<precision::LossScaler> scaler_;  // fp16 only
+  int64_t skipped_steps_ = 0;
+  bool last_step_skipped_ = false;
 };
 
 }  // namespace tessera::runtime

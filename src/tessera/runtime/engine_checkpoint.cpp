@@ -165,7 +165,9 @@ std::string Engine::save_checkpoint(const std::string& dir, const json& client_s
                     {"zero_stage", zero_stage()},
                     {"optimizer", optimizer_type_name(*optimizer_)},
                     {"scheduler", config_.scheduler.type},
+                    {"skipped_steps", skipped_steps_},
                     {"client_state", client_state}};
+  if (scaler_) state.metadata["loss_scaler"] = scaler_->state();
   checkpoint::CheckpointWriterOptions options;
   options.keep_last = keep_last;
   checkpoint::CheckpointWriter writer(dir, checkpoint::make_group_coordinator(group_), options);
@@ -246,6 +248,8 @@ json Engine::load_checkpoint(const std::string& dir) {
   }
   if (rng.defined()) set_cpu_rng_state(rng);
   global_steps_ = metadata.value("global_steps", int64_t{0});
+  skipped_steps_ = metadata.value("skipped_steps", int64_t{0});
+  if (scaler_ && metadata.contains("loss_scaler")) scaler_->load_state(metadata["loss_scaler"]);
   micro_steps_ = micro_steps;
   step_pending_ = false;
   first_node_after_step_ = at::sequence_number::peek();

@@ -52,6 +52,9 @@ class TrainBackend {
   virtual double lr() const = 0;
   virtual double grad_norm() const = 0;
   virtual int64_t num_parameters() const = 0;
+  // fp16 loss scaling (1 and 0 without it).
+  virtual double loss_scale() const { return 1.0; }
+  virtual int64_t skipped_steps() const { return 0; }
   virtual runtime::MemoryStats memory_stats() const = 0;
   virtual comm::CommStats comm_stats() const = 0;
   // "ZeRO stage 1", "tp2 x dp1 x pp2, 1f1b": for the startup and memory lines.

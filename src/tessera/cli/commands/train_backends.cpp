@@ -1,11 +1,16 @@
 // The two TrainBackends of `tessera train` (train_backend.h).
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <limits>
+#include <sstream>
+#include <vector>
 
 #include "tessera/cli/commands/train_backend.h"
 #include "tessera/comm/init.h"
 #include "tessera/core/check.h"
+#include "tessera/core/env.h"
 #include "tessera/data/byte_text_dataset.h"
 #include "tessera/parallel/topology.h"
 #include "tessera/runtime/model_parallel/model_parallel_engine.h"
@@ -33,19 +38,53 @@ at::Tensor prompt_tensor(const std::string& p) {
 }
 
 // DDP or ZeRO through the Engine; the model is the dense GPT on every rank.
+// TESSERA_TEST_GRAD_OVERFLOW: steps (1-based, comma-separated, or "all") at which
+// rank 0 backpropagates an infinite loss, to exercise fp16 overflow handling.
+struct OverflowSteps {
+  bool all = false;
+  std::vector<int64_t> steps;
+  bool hits(int64_t step) const {
+    return all || std::find(steps.begin(), steps.end(), step) != steps.end();
+  }
+};
+
+OverflowSteps parse_overflow_steps() {
+  OverflowSteps o;
+  const auto value = env::get("TESSERA_TEST_GRAD_OVERFLOW");
+  if (!value || value->empty()) return o;
+  if (*value == "all") {
+    o.all = true;
+    return o;
+  }
+  std::stringstream in(*value);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    try {
+      o.steps.push_back(std::stoll(item));
+    } catch (const std::exception&) {
+      TS_THROW(ConfigError, "TESSERA_TEST_GRAD_OVERFLOW='", *value,
+               "': use step numbers separated by commas, or all");
+    }
+  }
+  return o;
+}
+
 class DataParallelBackend : public TrainBackend {
  public:
   DataParallelBackend(const runtime::Config& cfg, const TrainSettings& s)
       : group_(default_group()), model_(s.model),
         engine_(initialize(model_, cfg, group_)),
-        micro_(cfg.train_micro_batch_size_per_gpu), accum_(cfg.gradient_accumulation_steps) {}
+        micro_(cfg.train_micro_batch_size_per_gpu), accum_(cfg.gradient_accumulation_steps),
+        overflow_steps_(parse_overflow_steps()) {}
 
   double train_step(TrainData& data) override {
     double sum = 0;
+    const bool inject = group_->rank() == 0 && overflow_steps_.hits(engine_.global_steps() + 1);
     for (int64_t m = 0; m < accum_; ++m) {
       auto [x, y] = data.next_batch(micro_);
       auto loss = model_->loss(x, y);
-      engine_.backward(loss);
+      // Test hook: an inf in this rank's gradients (the reported loss stays finite).
+      engine_.backward(inject ? loss * std::numeric_limits<double>::infinity() : loss);
       engine_.step();
       sum += loss.item<double>();
     }
@@ -84,6 +123,8 @@ class DataParallelBackend : public TrainBackend {
   double lr() const override { return engine_.lr(); }
   double grad_norm() const override { return engine_.last_grad_norm(); }
   int64_t num_parameters() const override { return model_->num_parameters(); }
+  double loss_scale() const override { return engine_.loss_scale(); }
+  int64_t skipped_steps() const override { return engine_.skipped_steps(); }
   runtime::MemoryStats memory_stats() const override { return engine_.memory_stats(); }
   comm::CommStats comm_stats() const override { return engine_.comm_stats(); }
   std::string describe() const override { return c10::str("ZeRO stage ", engine_.zero_stage()); }
@@ -95,6 +136,7 @@ class DataParallelBackend : public TrainBackend {
   models::GPT model_;
   runtime::Engine engine_;
   int64_t micro_, accum_;
+  OverflowSteps overflow_steps_;
 };
 
 // Tensor, pipeline and data parallel through the ModelParallelEngine.

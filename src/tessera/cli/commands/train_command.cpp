@@ -42,6 +42,7 @@ struct TrainFlags {
   bool resume = false;
   int64_t steps = 0;
   std::string out;
+  bool bf16 = false, fp16 = false;
 };
 
 bool parse_flags(const Args& args, TrainFlags& f) {
@@ -52,8 +53,11 @@ bool parse_flags(const Args& args, TrainFlags& f) {
   app.add_flag("--resume", f.resume, "continue from OUT/latest if it exists");
   app.add_option("--steps", f.steps, "override train.steps");
   app.add_option("--out", f.out, "override train.out_dir");
+  app.add_flag("--bf16", f.bf16, "train in bfloat16, as the config's bf16.enabled (precision.md)");
+  app.add_flag("--fp16", f.fp16, "train in float16 with the config's fp16 loss scaling");
   if (!parse_args(app, args, "tessera train")) return false;
   TS_CHECK_T(ConfigError, f.steps >= 0, "--steps must be positive, got ", f.steps);
+  TS_CHECK_T(ConfigError, !(f.bf16 && f.fp16), "--bf16 and --fp16 exclude each other; pick one");
   return true;
 }
 
@@ -119,6 +123,8 @@ int train_command(const Args& args) {
   runtime::Config cfg = f.config.empty()
                             ? runtime::Config::from_string(default_train_config(), "default config")
                             : runtime::Config::from_file(f.config);
+  if (f.bf16) cfg.precision.dtype = "bf16";
+  if (f.fp16) cfg.precision.dtype = "fp16";
   TrainSettings s = TrainSettings::from_config(cfg);
   if (!cfg.optimizer.weight_decay_exclude_set) cfg.optimizer.weight_decay_exclude = gpt_no_weight_decay();
   if (f.steps > 0) s.steps = f.steps;
@@ -193,9 +199,14 @@ int train_command(const Args& args) {
                     tty ? "   " : "\n");
         std::fflush(stdout);
       }
-      metrics.write({{"step", step}, {"loss", loss}, {"lr", backend->lr()},
-                     {"tokens_per_s", tok_s}, {"grad_norm", backend->grad_norm()},
-                     {"comm_bytes", comm_bytes}});
+      nlohmann::json record = {{"step", step}, {"loss", loss}, {"lr", backend->lr()},
+                               {"tokens_per_s", tok_s}, {"grad_norm", backend->grad_norm()},
+                               {"comm_bytes", comm_bytes}};
+      if (cfg.precision.dtype == "fp16") {
+        record["loss_scale"] = backend->loss_scale();
+        record["skipped_steps"] = backend->skipped_steps();
+      }
+      metrics.write(record);
       metrics.write(memory_record(*backend, step));
       loss_sum = 0;
       loss_count = 0;

@@ -64,7 +64,8 @@ class Backend {
 
   // True if reductions of `dtype` are computed exactly enough by the backend
   // itself (half types accumulated in float32). When false, the ProcessGroup
-  // upcasts Half/BFloat16 to float32 around reductions.
+  // reduces Half/BFloat16 through all_to_all and all_gather of 16-bit slices,
+  // combined in float32 (half_reduction.h).
   virtual bool reduces_natively(at::ScalarType dtype) const { return true; }
   // True if the backend implements ReduceOp::kAvg; otherwise the ProcessGroup
   // runs kSum and divides.

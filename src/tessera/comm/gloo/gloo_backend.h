@@ -14,7 +14,8 @@
 // timeout Gloo closes every connection of the group: the group is then broken.
 //
 // Half types are reduced pairwise and rounded back at each ring step, so
-// reduces_natively() is false for them and the ProcessGroup upcasts. No AVG.
+// reduces_natively() is false for them and the ProcessGroup reduces them through
+// all_to_all and all_gather with one float32 rounding (half_reduction.h). No AVG.
 // Thread safety: as Backend (one collective thread, plus one send and one recv
 // thread); abort() from any thread.
 #pragma once

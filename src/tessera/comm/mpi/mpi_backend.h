@@ -14,8 +14,9 @@
 // (MPI_THREAD_MULTIPLE, see mpi_runtime.h for why) and finalized at exit.
 //
 // Half and bfloat16: MPI has no arithmetic for them, so reduces_natively() is
-// false for both and the ProcessGroup reduces them in float32; they still move
-// as 16-bit words in broadcast, gathers, all_to_all and p2p.
+// false for both and the ProcessGroup reduces them through all_to_all and
+// all_gather of 16-bit words combined in float32 (half_reduction.h); they move
+// as 16-bit words in every op.
 //
 // Timeouts: MPI collectives cannot be cancelled. Each op is started non-blocking
 // and polled with MPI_Test until options().timeout passes, then it throws
