@@ -12,6 +12,7 @@
 #include "tessera/comm/init.h"
 #include "tessera/core/check.h"
 #include "tessera/core/logging.h"
+#include "tessera/runtime/grad_clip.h"
 #include "tessera/runtime/optimizer_factory.h"
 #include "tessera/runtime/optimizer_state.h"
 #include "tessera/runtime/replicas.h"
@@ -299,12 +300,7 @@ void Engine::backward(const at::Tensor& loss) {
   ++micro_steps_;
 }
 
-double Engine::clip_gradients() {
-  // ZeRO: each rank holds a shard of the gradients; the norm needs every rank's.
-  if (zero_) return zero_->clip_grad_norm(config_.gradient_clipping);
-  // After the all_reduce every rank holds the same averaged gradients, so the
-  // local norm is the global norm: no extra collective.
-  at::NoGradGuard no_grad;
+std::vector<at::Tensor> Engine::optimizer_gradients() {
   std::vector<at::Tensor> grads;
   // param_groups(), not the deprecated Optimizer::parameters(), which logs a
   // warning on every call in LibTorch 1.13.
@@ -313,24 +309,27 @@ double Engine::clip_gradients() {
       if (p.grad().defined()) grads.push_back(p.grad());
     }
   }
-  if (grads.empty()) return 0.0;
-  at::Tensor sq = at::zeros({}, grads[0].options().dtype(at::kDouble));
-  for (auto& g : grads) sq += g.to(at::kDouble).pow(2).sum();
-  const double norm = std::sqrt(sq.item<double>());
-  const double max_norm = config_.gradient_clipping;
-  if (max_norm > 0 && norm > max_norm) {
-    const double scale = max_norm / (norm + 1e-6);
-    for (auto& g : grads) g.mul_(scale);
-  }
+  return grads;
+}
+
+double Engine::clip_gradients() {
+  // ZeRO: each rank holds a shard of the gradients; the norm needs every rank's.
+  if (zero_) return zero_->clip_grad_norm(config_.gradient_clipping);
+  // After the all_reduce every rank holds the same averaged gradients, so the
+  // local norm is the global norm: no extra collective.
+  const std::vector<at::Tensor> grads = optimizer_gradients();
+  const double norm = std::sqrt(squared_norm(grads));
+  clip_to_norm(grads, norm, config_.gradient_clipping);
   return norm;
 }
 
 bool Engine::gradients_finite() {
   at::NoGradGuard no_grad;
   bool finite = true;
-  for (auto& group : optimizer_->param_groups()) {
-    for (auto& p : group.params()) {
-      if (finite && p.grad().defined()) finite = at::isfinite(p.grad()).all().item<bool>();
+  for (const auto& g : optimizer_gradients()) {
+    if (!at::isfinite(g).all().item<bool>()) {
+      finite = false;
+      break;
     }
   }
   // DDP: every rank holds the same averaged gradients (an inf anywhere is an inf
@@ -345,11 +344,7 @@ bool Engine::gradients_finite() {
 
 void Engine::scale_gradients(double factor) {
   at::NoGradGuard no_grad;
-  for (auto& group : optimizer_->param_groups()) {
-    for (auto& p : group.params()) {
-      if (p.grad().defined()) p.grad().mul_(factor);
-    }
-  }
+  for (auto& g : optimizer_gradients()) g.mul_(factor);
 }
 
 bool Engine::step() {

@@ -214,6 +214,9 @@ class Engine {
                            std::vector<torch::optim::OptimizerParamGroup>)>& build);
   void apply_schedule();
   double clip_gradients();
+  // The defined gradients of the optimizer's parameters (DDP buckets' views or
+  // ZeRO shards).
+  std::vector<at::Tensor> optimizer_gradients();
   // fp16: whether every gradient on every rank is finite (collective under ZeRO).
   bool gradients_finite();
   void scale_gradients(double factor);

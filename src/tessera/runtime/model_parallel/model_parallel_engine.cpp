@@ -7,6 +7,7 @@
 #include "tessera/core/check.h"
 #include "tessera/parallel/pipeline/pipeline_schedule.h"
 #include "tessera/parallel/tensor/tp_gpt.h"
+#include "tessera/runtime/grad_clip.h"
 #include "tessera/runtime/optimizer_factory.h"
 #include "tessera/runtime/optimizer_state.h"
 #include "tessera/runtime/storage_bytes.h"
@@ -236,27 +237,20 @@ double ModelParallelEngine::clip_gradients() {
       }
     }
     const double norm = std::sqrt(world_sum(sq));
-    const double max_norm = config_.gradient_clipping;
-    if (max_norm > 0 && norm > max_norm) {
-      for (auto& u : units_) u->grad_shard().mul_(max_norm / (norm + 1e-6));
-    }
+    std::vector<at::Tensor> shards;
+    for (auto& u : units_) shards.push_back(u->grad_shard());
+    clip_to_norm(shards, norm, config_.gradient_clipping);
     return norm;
   }
-  double sq = 0;
+  std::vector<at::Tensor> all, counted;
   for (size_t i = 0; i < params_.params.size(); ++i) {
     const auto& g = params_.params[i].grad();
-    if (!g.defined() || stage_->is_duplicate(params_.names[i])) continue;
-    sq += g.to(at::kDouble).pow(2).sum().item<double>();
+    all.push_back(g);
+    if (g.defined() && !stage_->is_duplicate(params_.names[i])) counted.push_back(g);
   }
   // Replicas hold the same averaged gradients: one replica's share of the sum.
-  const double norm = std::sqrt(world_sum(sq) / data_parallel_size());
-  const double max_norm = config_.gradient_clipping;
-  if (max_norm > 0 && norm > max_norm) {
-    const double scale = max_norm / (norm + 1e-6);
-    for (auto& p : params_.params) {
-      if (p.grad().defined()) p.mutable_grad().mul_(scale);
-    }
-  }
+  const double norm = std::sqrt(world_sum(squared_norm(counted)) / data_parallel_size());
+  clip_to_norm(all, norm, config_.gradient_clipping);
   return norm;
 }
 

@@ -13,6 +13,7 @@
 
 #include "tessera/core/check.h"
 #include "tessera/core/logging.h"
+#include "tessera/runtime/grad_clip.h"
 #include "tessera/runtime/replicas.h"
 
 namespace tessera::runtime::zero {
@@ -316,15 +317,12 @@ void ZeroDataParallel::finalize_backward() {
 }
 
 double ZeroDataParallel::clip_grad_norm(double max_norm) {
-  at::NoGradGuard no_grad;
-  auto sq = at::zeros({1}, at::kDouble);
-  for (auto& u : units_) sq += u->grad_shard().to(at::kDouble).pow(2).sum();
+  std::vector<at::Tensor> shards;
+  for (auto& u : units_) shards.push_back(u->grad_shard());
+  auto sq = at::full({1}, squared_norm(shards), at::kDouble);
   group_->all_reduce(sq, comm::ReduceOp::kSum)->wait();
   const double norm = std::sqrt(sq.item<double>());
-  if (max_norm > 0 && norm > max_norm) {
-    const double scale = max_norm / (norm + 1e-6);
-    for (auto& u : units_) u->grad_shard().mul_(scale);
-  }
+  clip_to_norm(shards, norm, max_norm);
   return norm;
 }
 
