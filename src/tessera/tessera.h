@@ -48,6 +48,7 @@
 #include "tessera/models/ops/low_precision.h"
 
 // parallel: the process mesh, tensor-parallel layers, pipeline schedules.
+#include "tessera/parallel/pipeline/batched_stage.h"
 #include "tessera/parallel/pipeline/gpt_pipeline_stage.h"
 #include "tessera/parallel/pipeline/layer_pipeline_stage.h"
 #include "tessera/parallel/pipeline/pipeline_executor.h"

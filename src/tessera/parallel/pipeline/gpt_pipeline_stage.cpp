@@ -107,22 +107,9 @@ GptPipelineStage::GptPipelineStage(const models::GPTConfig& config, const Proces
       part_of(my_layers_, p_, stage_));
 }
 
-void GptPipelineStage::set_batch(const torch::Tensor& ids, const torch::Tensor& targets, int m) {
-  TS_CHECK(ids.size(0) % m == 0, "GptPipelineStage: batch of ", ids.size(0),
-           " sequences does not split into ", m, " micro-batches");
-  ids_ = ids.chunk(m, 0);
-  targets_ = targets.chunk(m, 0);
-}
-
 std::vector<std::pair<std::string, torch::Tensor>> GptPipelineStage::named_parameters() const {
   std::vector<std::pair<std::string, torch::Tensor>> out;
   for (const auto& p : model_->named_parameters(true)) out.emplace_back(p.key(), p.value());
-  return out;
-}
-
-std::vector<torch::Tensor> GptPipelineStage::parameters() const {
-  std::vector<torch::Tensor> out;
-  for (auto& [name, t] : named_parameters()) out.push_back(t);
   return out;
 }
 
@@ -132,15 +119,15 @@ bool GptPipelineStage::is_duplicate(const std::string& name) const {
 }
 
 torch::Tensor GptPipelineStage::forward(int chunk, int micro, const torch::Tensor& input) {
-  torch::Tensor x = first_chunk(chunk) ? model_->embed(ids_.at(static_cast<size_t>(micro))) : input;
+  torch::Tensor x = first_chunk(chunk) ? model_->embed(micro_input(micro)) : input;
   const auto [b, e] = my_layers_.at(static_cast<size_t>(chunk));
   x = model_->blocks(b, e, x);
   if (!last_chunk(chunk)) return x;
-  return model_->head_loss(x, targets_.at(static_cast<size_t>(micro)));
+  return model_->head_loss(x, micro_target(micro));
 }
 
 torch::Tensor GptPipelineStage::activation_like(int, int micro) {
-  const auto& idx = ids_.at(static_cast<size_t>(micro));
+  const auto& idx = micro_input(micro);
   const int64_t t = sequence_parallel_ ? idx.size(1) / tp_size_ : idx.size(1);
   return torch::empty({idx.size(0), t, config_.n_embd});
 }
@@ -151,11 +138,7 @@ void GptPipelineStage::reduce_gradients() {
     if (!w.grad().defined()) w.mutable_grad() = torch::zeros_like(w);
     embedding_->all_reduce(w.mutable_grad())->wait();
   }
-  if (reduce_) reduce_();
-}
-
-void GptPipelineStage::optimizer_step() {
-  if (step_) step_();
+  BatchedStage::reduce_gradients();
 }
 
 }  // namespace tessera::parallel

@@ -36,7 +36,7 @@
 
 #include "tessera/comm/process_group.h"
 #include "tessera/models/gpt.h"
-#include "tessera/parallel/pipeline/pipeline_executor.h"
+#include "tessera/parallel/pipeline/batched_stage.h"
 #include "tessera/parallel/process_mesh.h"
 #include "tessera/parallel/tensor/tp_gpt.h"
 
@@ -65,7 +65,7 @@ struct GptStageOptions {
   bool balance_by_parameters = false;  // split_layers_by_parameters, else split_layers
 };
 
-class GptPipelineStage : public PipelineStage {
+class GptPipelineStage : public BatchedStage {
  public:
   // The stage of `mesh` this rank is on. Dropout (config.dropout > 0) draws
   // from a DropoutRng seeded with options.dropout_seed and this rank's mesh
@@ -73,20 +73,15 @@ class GptPipelineStage : public PipelineStage {
   GptPipelineStage(const models::GPTConfig& config, const ProcessMesh& mesh,
                    GptStageOptions options = {});
 
-  // The step's batch, [m * micro, T] ids and targets, split into m micro-batches.
-  void set_batch(const torch::Tensor& ids, const torch::Tensor& targets, int m);
-  // What the stage's optimizer steps on.
-  std::vector<torch::Tensor> parameters() const;
-  std::vector<std::pair<std::string, torch::Tensor>> named_parameters() const;
-  // Called by optimizer_step(), and by reduce_gradients() after the tied
-  // embedding's sum (e.g. the data-parallel average).
-  void set_optimizer(std::function<void()> step) { step_ = std::move(step); }
-  void set_gradient_reduction(std::function<void()> reduce) { reduce_ = std::move(reduce); }
+  // set_batch takes [m * micro, T] ids and targets. What the stage's optimizer
+  // steps on: the model's parameters, named as in the GPT.
+  std::vector<std::pair<std::string, torch::Tensor>> named_parameters() const override;
 
   torch::Tensor forward(int chunk, int micro, const torch::Tensor& input) override;
   torch::Tensor activation_like(int chunk, int micro) override;
+  // Sums the tied embedding's gradient over its two stages, then runs the
+  // caller's reduction (e.g. the data-parallel average).
   void reduce_gradients() override;
-  void optimizer_step() override;
 
   TensorParallelGPT& model() { return model_; }
   DropoutRng& dropout_rng() { return *model_->tp().dropout_rng; }
@@ -106,8 +101,6 @@ class GptPipelineStage : public PipelineStage {
   std::shared_ptr<comm::ProcessGroup> embedding_;
   TensorParallelGPT model_{nullptr};
   std::vector<std::pair<int64_t, int64_t>> my_layers_;  // per local chunk
-  std::vector<torch::Tensor> ids_, targets_;
-  std::function<void()> step_, reduce_;
 };
 
 }  // namespace tessera::parallel

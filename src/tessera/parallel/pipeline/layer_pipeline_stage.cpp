@@ -23,14 +23,6 @@ LayerPipelineStage::LayerPipelineStage(int64_t num_layers, const LayerFactory& m
   }
 }
 
-void LayerPipelineStage::set_batch(const torch::Tensor& inputs, const torch::Tensor& targets, int m) {
-  TS_CHECK(inputs.size(0) % m == 0 && targets.size(0) == inputs.size(0), "LayerPipelineStage: ",
-           inputs.size(0), " inputs and ", targets.size(0), " targets do not split into ", m,
-           " micro-batches");
-  inputs_ = inputs.chunk(m, 0);
-  targets_ = targets.chunk(m, 0);
-}
-
 std::vector<std::pair<std::string, torch::Tensor>> LayerPipelineStage::named_parameters() const {
   std::vector<std::pair<std::string, torch::Tensor>> out;
   for (const auto& [i, layer] : layers_) {
@@ -41,36 +33,22 @@ std::vector<std::pair<std::string, torch::Tensor>> LayerPipelineStage::named_par
   return out;
 }
 
-std::vector<torch::Tensor> LayerPipelineStage::parameters() const {
-  std::vector<torch::Tensor> out;
-  for (auto& [name, t] : named_parameters()) out.push_back(t);
-  return out;
-}
-
 torch::Tensor LayerPipelineStage::forward(int chunk, int micro, const torch::Tensor& input) {
   const int k = chunk * p_ + stage_;
-  torch::Tensor x = k == 0 ? inputs_.at(static_cast<size_t>(micro)) : input;
+  torch::Tensor x = k == 0 ? micro_input(micro) : input;
   const auto [b, e] = my_layers_.at(static_cast<size_t>(chunk));
   for (auto& [i, layer] : layers_) {
     if (i >= b && i < e) x = layer.forward(x);
   }
   if (k != p_ * v_ - 1) return x;
-  return loss_(x, targets_.at(static_cast<size_t>(micro)));
+  return loss_(x, micro_target(micro));
 }
 
 torch::Tensor LayerPipelineStage::activation_like(int, int micro) {
-  const auto& in = inputs_.at(static_cast<size_t>(micro));
+  const auto& in = micro_input(micro);
   std::vector<int64_t> shape{in.size(0)};
   shape.insert(shape.end(), activation_shape_.begin(), activation_shape_.end());
   return torch::empty(shape, torch::TensorOptions().dtype(activation_dtype_));
-}
-
-void LayerPipelineStage::reduce_gradients() {
-  if (reduce_) reduce_();
-}
-
-void LayerPipelineStage::optimizer_step() {
-  if (step_) step_();
 }
 
 }  // namespace tessera::parallel

@@ -27,11 +27,12 @@
 #include <vector>
 
 #include "tessera/parallel/pipeline/pipeline_executor.h"
+#include "tessera/parallel/pipeline/batched_stage.h"
 #include "tessera/parallel/process_mesh.h"
 
 namespace tessera::parallel {
 
-class LayerPipelineStage : public PipelineStage {
+class LayerPipelineStage : public BatchedStage {
  public:
   using LayerFactory = std::function<torch::nn::AnyModule(int64_t index)>;
   using LossFn = std::function<torch::Tensor(const torch::Tensor& output, const torch::Tensor& target)>;
@@ -41,17 +42,11 @@ class LayerPipelineStage : public PipelineStage {
                      std::vector<int64_t> activation_shape, const ProcessMesh& mesh, int v = 1,
                      c10::ScalarType activation_dtype = torch::kFloat32);
 
-  // The step's batch, split into m micro-batches along dimension 0.
-  void set_batch(const torch::Tensor& inputs, const torch::Tensor& targets, int m);
-  std::vector<torch::Tensor> parameters() const;
-  std::vector<std::pair<std::string, torch::Tensor>> named_parameters() const;
-  void set_optimizer(std::function<void()> step) { step_ = std::move(step); }
-  void set_gradient_reduction(std::function<void()> reduce) { reduce_ = std::move(reduce); }
+  // "<layer index>.<parameter name>" of this rank's layers.
+  std::vector<std::pair<std::string, torch::Tensor>> named_parameters() const override;
 
   torch::Tensor forward(int chunk, int micro, const torch::Tensor& input) override;
   torch::Tensor activation_like(int chunk, int micro) override;
-  void reduce_gradients() override;
-  void optimizer_step() override;
 
  private:
   int p_, v_, stage_;
@@ -60,8 +55,6 @@ class LayerPipelineStage : public PipelineStage {
   c10::ScalarType activation_dtype_;
   std::vector<std::pair<int64_t, int64_t>> my_layers_;  // per local chunk
   std::vector<std::pair<int64_t, torch::nn::AnyModule>> layers_;  // this rank's, by index
-  std::vector<torch::Tensor> inputs_, targets_;
-  std::function<void()> step_, reduce_;
 };
 
 }  // namespace tessera::parallel
