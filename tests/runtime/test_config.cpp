@@ -243,5 +243,25 @@ TEST(Config, ActivationCheckpointingSection) {
   EXPECT_ERROR_HAS(R"({"activation_checkpointing": {"num_checkpoints": 2}})", "number_checkpoints");
 }
 
+TEST(OffloadConfig, CpuIsAcceptedAndNvmeIsAClearError) {
+  Config c = Config::from_string(R"({"zero_optimization": {"stage": 2,
+      "offload_optimizer": {"device": "cpu", "pin_memory": true}}})");
+  EXPECT_EQ(c.zero.stage, 2);
+  EXPECT_NO_THROW(Config::from_string(R"({"zero_optimization": {"stage": 3,
+      "offload_param": {"device": "none"}}})"));
+  try {
+    Config::from_string(R"({"zero_optimization": {"stage": 3,
+        "offload_optimizer": {"device": "nvme", "nvme_path": "/tmp"}}})");
+    FAIL() << "nvme accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("nvme offload is not supported yet"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(Config::from_string(R"({"zero_optimization": {"offload_param": {"device": "gpu"}}})"),
+               ConfigError);
+  EXPECT_THROW(Config::from_string(R"({"zero_optimization": {"offload_param": {"devcie": "cpu"}}})"),
+               ConfigError);
+}
+
 }  // namespace
 }  // namespace tessera::runtime

@@ -124,7 +124,24 @@ const std::vector<std::string> kZeroKeys = {
     "stage", "reduce_bucket_size", "allgather_bucket_size", "overlap_comm",
     "contiguous_gradients", "reduce_scatter", "stage3_prefetch_bucket_size",
     "stage3_param_persistence_threshold", "stage3_max_live_parameters",
-    "stage3_max_reuse_distance"};
+    "stage3_max_reuse_distance", "offload_optimizer", "offload_param"};
+const std::vector<std::string> kOffloadKeys = {"device", "nvme_path", "buffer_count",
+                                               "buffer_size", "pin_memory", "ratio",
+                                               "max_in_cpu", "pipeline_read", "pipeline_write",
+                                               "fast_init"};
+
+// DeepSpeed's offload_optimizer / offload_param: "cpu" (or "none") is where
+// everything already lives on a CPU build; "nvme" is not built yet.
+void parse_offload(const json& z, const char* key) {
+  if (!z.contains(key)) return;
+  const std::string w = std::string("zero_optimization.") + key;
+  check_known_keys(z[key], kOffloadKeys, w);
+  const std::string device = read_string(z[key], "device", w, "none");
+  TS_CHECK_T(ConfigError, device == "none" || device == "cpu" || device != "nvme",
+             "config '", w, ".device': nvme offload is not supported yet; use cpu or none");
+  TS_CHECK_T(ConfigError, device == "none" || device == "cpu",
+             "config '", w, ".device' is '", device, "': use none or cpu");
+}
 
 void parse_zero(const json& z, ZeroConfig& c) {
   const std::string w = "zero_optimization";
@@ -147,6 +164,8 @@ void parse_zero(const json& z, ZeroConfig& c) {
       read_int(z, "stage3_max_live_parameters", w, c.stage3_max_live_parameters);
   c.stage3_max_reuse_distance =
       read_int(z, "stage3_max_reuse_distance", w, c.stage3_max_reuse_distance);
+  parse_offload(z, "offload_optimizer");
+  parse_offload(z, "offload_param");
   for (const char* k : {"stage3_prefetch_bucket_size", "stage3_param_persistence_threshold",
                         "stage3_max_live_parameters", "stage3_max_reuse_distance"}) {
     TS_CHECK_T(ConfigError, read_int(z, k, w, 0) >= 0, "config key 'zero_optimization.", k,
