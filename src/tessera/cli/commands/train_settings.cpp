@@ -61,9 +61,9 @@ TrainSettings TrainSettings::from_config(const runtime::Config& cfg) {
       read_bool(m, "fused_attention", "model", s.model.fused_attention);
   s.model.seed = static_cast<uint64_t>(read_int(m, "seed", "model", static_cast<int64_t>(cfg.seed)));
   if (cfg.precision.enabled()) {
-    TS_CHECK_T(ConfigError, !cfg.model_parallel.enabled(),
-               "config '", cfg.precision.dtype, "' is not supported with tensor or pipeline "
-               "parallelism yet; disable it or set tensor/pipeline_model_parallel_size to 1");
+    TS_CHECK_T(ConfigError, cfg.precision.dtype == "bf16" || !cfg.model_parallel.enabled(),
+               "config 'fp16' (loss scaling) is not supported with tensor or pipeline "
+               "parallelism yet; use bf16 there, or set tensor/pipeline_model_parallel_size to 1");
     s.model.compute_dtype = cfg.precision.dtype == "fp16" ? at::kHalf : at::kBFloat16;
   }
   const auto& ac = cfg.activation_checkpointing;

@@ -129,7 +129,7 @@ torch::Tensor GptPipelineStage::forward(int chunk, int micro, const torch::Tenso
 torch::Tensor GptPipelineStage::activation_like(int, int micro) {
   const auto& idx = micro_input(micro);
   const int64_t t = sequence_parallel_ ? idx.size(1) / tp_size_ : idx.size(1);
-  return torch::empty({idx.size(0), t, config_.n_embd});
+  return torch::empty({idx.size(0), t, config_.n_embd}, torch::TensorOptions().dtype(config_.compute_dtype));
 }
 
 void GptPipelineStage::reduce_gradients() {

@@ -1,6 +1,7 @@
 #include "tessera/parallel/tensor/parallel_layers.h"
 
 #include "tessera/core/check.h"
+#include "tessera/models/ops/low_precision.h"
 #include "tessera/parallel/tensor/tp_ops.h"
 
 namespace tessera::parallel {
@@ -70,7 +71,7 @@ void ColumnParallelLinearImpl::from_dense(const torch::Tensor& w, const torch::T
 torch::Tensor ColumnParallelLinearImpl::forward(const torch::Tensor& x) {
   comm::ProcessGroup& g = group_of(tp_);
   const auto in = tp_.sequence_parallel ? gather_from_sequence(x, g) : copy_to_tp(x, g);
-  auto y = torch::linear(in, weight, bias);
+  auto y = models::ops::linear_lowp(in, weight, bias);  // plain linear on float32 inputs
   return gather_output_ ? gather_from_tp(y, g) : y;
 }
 
@@ -99,14 +100,19 @@ void RowParallelLinearImpl::from_dense(const torch::Tensor& w, const torch::Tens
 torch::Tensor RowParallelLinearImpl::forward(const torch::Tensor& x) {
   comm::ProcessGroup& g = group_of(tp_);
   const auto in = input_is_parallel_ ? x : scatter_to_tp(x, g);
-  auto partial = torch::linear(in, weight);
+  auto partial = models::ops::linear_lowp(in, weight);
+  // A float32 bias on 16-bit activations: added in float32, rounded back.
+  auto add_bias = [](const torch::Tensor& y, const torch::Tensor& b) {
+    if (y.scalar_type() == b.scalar_type()) return y + b;
+    return (y.to(b.scalar_type()) + b).to(y.scalar_type());
+  };
   if (tp_.sequence_parallel) {
     auto y = reduce_scatter_to_sequence(partial, g);
     // Each rank adds the bias to its part of the sequence only.
-    return bias.defined() ? y + copy_to_tp(bias, g) : y;
+    return bias.defined() ? add_bias(y, copy_to_tp(bias, g)) : y;
   }
   auto y = reduce_from_tp(partial, g);
-  return bias.defined() ? y + bias : y;
+  return bias.defined() ? add_bias(y, bias) : y;
 }
 
 VocabParallelEmbeddingImpl::VocabParallelEmbeddingImpl(int64_t vocab, int64_t dim,

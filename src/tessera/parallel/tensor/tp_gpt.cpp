@@ -5,6 +5,7 @@
 
 #include "tessera/core/check.h"
 #include "tessera/models/ops/causal_attention.h"
+#include "tessera/models/ops/low_precision.h"
 #include "tessera/parallel/tensor/tp_ops.h"
 
 namespace tessera::parallel {
@@ -21,9 +22,13 @@ class TpLayerNormImpl : public torch::nn::Module {
     bias = register_parameter("bias", torch::zeros({n}));
   }
   torch::Tensor forward(const torch::Tensor& x) {
-    if (!tp_.sequence_parallel) return torch::layer_norm(x, {n_}, weight, bias, 1e-5);
-    return torch::layer_norm(x, {n_}, copy_to_tp(weight, *tp_.group), copy_to_tp(bias, *tp_.group),
-                             1e-5);
+    // By value: a 16-bit backward recomputes it (ops::fp32_island).
+    auto norm = [n = n_, w = weight, b = bias, sp = tp_.sequence_parallel,
+                 group = tp_.group](const std::vector<torch::Tensor>& in) {
+      if (!sp) return torch::layer_norm(in[0], {n}, w, b, 1e-5);
+      return torch::layer_norm(in[0], {n}, copy_to_tp(w, *group), copy_to_tp(b, *group), 1e-5);
+    };
+    return models::ops::fp32_island(norm, {x}, {weight, bias});
   }
   torch::Tensor weight, bias;
 
@@ -52,9 +57,20 @@ class TpAttentionImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x) {
     auto qkv = c_attn(x);  // [B, T, 3C/tp]: this rank's heads of q, k and v
     const bool dropping = is_training() && p_ > 0;
-    auto y = fused_ && !dropping && models::ops::causal_attention_supports(qkv, local_heads_)
-                 ? models::ops::causal_attention(qkv, local_heads_)
-                 : composed(qkv);
+    torch::Tensor y;
+    if (dropping) {
+      // The DropoutRng's masks cannot be redrawn by a recompute: in qkv's dtype.
+      y = composed(qkv);
+    } else {
+      // 16-bit activations: the core in float32 on the upcast qkv (recomputed in
+      // backward); float32: directly.
+      auto core = [this](const std::vector<torch::Tensor>& in) {
+        return fused_ && models::ops::causal_attention_supports(in[0], local_heads_)
+                   ? models::ops::causal_attention(in[0], local_heads_)
+                   : composed(in[0]);
+      };
+      y = models::ops::fp32_island(core, {qkv}, {});
+    }
     // The output is whole (or, under sequence parallel, this rank's sequence part).
     return drop(c_proj(y), p_, is_training(), tp_, tp_.sequence_parallel);
   }
@@ -87,7 +103,9 @@ class TpMlpImpl : public torch::nn::Module {
     c_proj = register_module("c_proj", RowParallelLinear(4 * c.n_embd, c.n_embd, tp, c.bias));
   }
   torch::Tensor forward(const torch::Tensor& x) {
-    return drop(c_proj(torch::gelu(c_fc(x))), p_, is_training(), tp_, tp_.sequence_parallel);
+    auto h = models::ops::fp32_island(
+        [](const std::vector<torch::Tensor>& in) { return torch::gelu(in[0]); }, {c_fc(x)}, {});
+    return drop(c_proj(h), p_, is_training(), tp_, tp_.sequence_parallel);
   }
   ColumnParallelLinear c_fc{nullptr};
   RowParallelLinear c_proj{nullptr};
@@ -211,7 +229,10 @@ torch::Tensor TensorParallelGPTImpl::embed(const torch::Tensor& idx) {
   } else {
     x = x + wpe_.slice(0, 0, T);
   }
-  return drop(x, config_.dropout, is_training(), tp_, tp_.sequence_parallel);
+  x = drop(x, config_.dropout, is_training(), tp_, tp_.sequence_parallel);
+  // The residual stream and every activation after it in compute_dtype.
+  if (models::ops::is_low_precision(config_.compute_dtype)) x = x.to(config_.compute_dtype);
+  return x;
 }
 
 torch::Tensor TensorParallelGPTImpl::blocks(int64_t begin, int64_t end, torch::Tensor x) {
@@ -230,11 +251,11 @@ torch::Tensor TensorParallelGPTImpl::logits(const torch::Tensor& hidden) {
   // The head needs every position on every rank; its input's gradient is partial
   // (this rank's vocabulary only) and is summed by the conjugate.
   x = tp_.sequence_parallel ? gather_from_sequence(x, g) : copy_to_tp(x, g);
-  return torch::matmul(x, wte->weight.t());
+  return models::ops::linear_lowp(x, wte->weight);
 }
 
 torch::Tensor TensorParallelGPTImpl::head_loss(const torch::Tensor& x, const torch::Tensor& targets) {
-  auto out = logits(x);
+  auto out = logits(x).to(at::kFloat);  // the loss in float32 whatever the activations
   return vocab_parallel_cross_entropy(out.reshape({-1, out.size(-1)}), targets.reshape({-1}),
                                       *tp_.group);
 }

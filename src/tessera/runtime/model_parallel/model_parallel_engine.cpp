@@ -85,6 +85,9 @@ ModelParallelEngine::ModelParallelEngine(const models::GPTConfig& model, Config 
                                          std::shared_ptr<comm::ProcessGroup> world)
     : config_(std::move(config)), model_(model), mesh_(checked_mesh(model_, config_, world)),
       schedule_(config_.scheduler) {
+  TS_CHECK_T(ConfigError, config_.precision.dtype != "fp16",
+             "config 'fp16' (loss scaling) is not supported with tensor or pipeline parallelism "
+             "yet; use bf16 (GPTConfig::compute_dtype = at::kBFloat16) there");
   const auto& mp = config_.model_parallel;
   const int v = mp.virtual_pipeline_model_parallel_size;
   stage_ = std::make_unique<parallel::GptPipelineStage>(

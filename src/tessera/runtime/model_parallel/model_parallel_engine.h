@@ -35,6 +35,10 @@
 // not divide the layers per stage, or micro-batches the interleaved schedule
 // cannot run. ZeRO stages 2 and 3 and model dropout are not supported with
 // model parallelism yet (ConfigError).
+// bf16: build with GPTConfig::compute_dtype = at::kBFloat16; activations (and
+// what the pipeline and tensor-parallel collectives carry) are then 16-bit,
+// parameters, gradients and their data-parallel reduction float32. fp16 (loss
+// scaling) is a ConfigError here.
 //
 // Ownership: owns the mesh's groups, the stage, the optimizer. One engine per
 // rank, used from the thread that built it; train_step, evaluate and the
