@@ -3,7 +3,7 @@
 // Engine on fixed random tokens, MODE one of
 //   fp32        float32 everything
 //   bf16, fp16  the config's bf16 / fp16 section: 16-bit activations computed in
-//               float32 (models/ops/low_precision.h), float32 master weights,
+//               float32 (models/low_precision.h), float32 master weights,
 //               16-bit gradient communication; fp16 with dynamic loss scaling
 //   torch_bf16  LibTorch's plain bfloat16: module.to(kBFloat16), every op and
 //               GEMM in bfloat16 (the peer)

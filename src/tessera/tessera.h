@@ -45,7 +45,7 @@
 #include "tessera/models/activation_checkpoint.h"
 #include "tessera/models/gpt.h"
 #include "tessera/models/mlp.h"
-#include "tessera/models/ops/low_precision.h"
+#include "tessera/models/low_precision.h"
 
 // parallel: the process mesh, tensor-parallel layers, pipeline schedules.
 #include "tessera/parallel/pipeline/batched_stage.h"

@@ -1,4 +1,4 @@
-// 16-bit activations with float32 parameters (ops/low_precision.h and the GPT's
+// 16-bit activations with float32 parameters (low_precision.h and the GPT's
 // compute_dtype): linear_lowp computes the float32 result of its rounded inputs
 // (within bf16 rounding where bf16 GEMMs run natively); the GPT in bf16 and fp16 gives the float32 loss and gradients to
 // within 16-bit rounding, with dropout (same masks when recomputed), and float32
@@ -8,7 +8,7 @@
 #include <torch/torch.h>
 
 #include "tessera/models/gpt.h"
-#include "tessera/models/ops/low_precision.h"
+#include "tessera/models/low_precision.h"
 
 namespace tessera::models {
 namespace {
@@ -19,7 +19,7 @@ TEST(LowPrecision, LinearGradientsAreFloat32OfTheRoundedInputs) {
     auto x16 = torch::randn({3, 5, 8}).to(dtype).requires_grad_();
     auto w = torch::randn({6, 8}, torch::requires_grad());
     auto b = torch::randn({6}, torch::requires_grad());
-    auto y = ops::linear_lowp(x16, w, b);
+    auto y = linear_lowp(x16, w, b);
     EXPECT_EQ(y.scalar_type(), dtype);
     auto g = torch::randn({3, 5, 6}).to(dtype);
     y.backward(g);
@@ -31,7 +31,7 @@ TEST(LowPrecision, LinearGradientsAreFloat32OfTheRoundedInputs) {
     y32.backward(g.to(at::kFloat));
     EXPECT_EQ(w.grad().scalar_type(), at::kFloat);
     EXPECT_LE((b.grad() - b2.grad()).abs().max().item<double>(), 1e-5) << dtype;
-    if (dtype == at::kBFloat16 && ops::native_bf16_gemm()) {
+    if (dtype == at::kBFloat16 && native_bf16_gemm()) {
       // bf16 GEMMs on bf16 operands (the weight rounded too), float32
       // accumulation, one rounding: within a few bf16 ulps of the float32 result.
       auto rel = [](const at::Tensor& a, const at::Tensor& b) {
@@ -52,8 +52,8 @@ TEST(LowPrecision, LinearGradientsAreFloat32OfTheRoundedInputs) {
 TEST(LowPrecision, NoBiasAndFloat32InputsArePlainLinear) {
   auto x = torch::randn({4, 8});
   auto w = torch::randn({3, 8});
-  EXPECT_TRUE(torch::equal(ops::linear_lowp(x, w), torch::nn::functional::linear(x, w)));
-  auto y = ops::linear_lowp(x.to(at::kHalf), w);
+  EXPECT_TRUE(torch::equal(linear_lowp(x, w), torch::nn::functional::linear(x, w)));
+  auto y = linear_lowp(x.to(at::kHalf), w);
   EXPECT_EQ(y.scalar_type(), at::kHalf);
 }
 

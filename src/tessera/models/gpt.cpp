@@ -8,7 +8,7 @@
 #include "tessera/core/check.h"
 #include "tessera/models/activation_checkpoint.h"
 #include "tessera/models/ops/causal_attention.h"
-#include "tessera/models/ops/low_precision.h"
+#include "tessera/models/low_precision.h"
 
 namespace tessera::models {
 
@@ -23,7 +23,7 @@ void GPTConfig::validate() const {
              ") must be a positive multiple of n_head (", n_head, ")");
   TS_CHECK_T(ConfigError, dropout >= 0 && dropout < 1, "GPTConfig.dropout must be in [0, 1), got ",
              dropout);
-  TS_CHECK_T(ConfigError, compute_dtype == at::kFloat || ops::is_low_precision(compute_dtype),
+  TS_CHECK_T(ConfigError, compute_dtype == at::kFloat || is_low_precision(compute_dtype),
              "GPTConfig.compute_dtype must be float32, bfloat16 or float16, got ",
              compute_dtype);
   TS_CHECK_T(ConfigError, activation_checkpoints >= 0 && activation_checkpoints <= n_layer,
@@ -47,7 +47,7 @@ CausalSelfAttentionImpl::CausalSelfAttentionImpl(const GPTConfig& config)
 
 torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
   const int64_t B = x.size(0), T = x.size(1), C = x.size(2);
-  auto qkv = ops::linear_lowp(x, c_attn->weight, c_attn->bias);
+  auto qkv = linear_lowp(x, c_attn->weight, c_attn->bias);
   const bool dropout_active = is_training() && attn_dropout_p_ > 0;
   // Captures by value: a 16-bit backward calls it again, after forward returned.
   auto attend = [this, dropout_active, B, T](const std::vector<torch::Tensor>& in) {
@@ -57,10 +57,10 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
   };
   // 16-bit activations of float32 parameters: the attention core runs in
   // float32 on the upcast qkv.
-  auto y = c_attn->weight.scalar_type() == at::kFloat ? ops::fp32_island(attend, {qkv}, {})
+  auto y = c_attn->weight.scalar_type() == at::kFloat ? fp32_island(attend, {qkv}, {})
                                                       : attend({qkv});
   TS_INTERNAL_ASSERT(y.size(2) == C, "attention changed the width");
-  return dropout_lowp(resid_dropout, ops::linear_lowp(y, c_proj->weight, c_proj->bias));
+  return dropout_lowp(resid_dropout, linear_lowp(y, c_proj->weight, c_proj->bias));
 }
 
 torch::Tensor CausalSelfAttentionImpl::attend_composed(const torch::Tensor& qkv, int64_t B,
@@ -92,30 +92,30 @@ GPTMLPImpl::GPTMLPImpl(const GPTConfig& config) {
 }
 
 torch::Tensor GPTMLPImpl::forward(const torch::Tensor& x) {
-  auto h = ops::linear_lowp(x, c_fc->weight, c_fc->bias);
+  auto h = linear_lowp(x, c_fc->weight, c_fc->bias);
   if (c_fc->weight.scalar_type() == at::kFloat) {
-    h = ops::fp32_island([](const std::vector<torch::Tensor>& in) { return torch::gelu(in[0]); },
+    h = fp32_island([](const std::vector<torch::Tensor>& in) { return torch::gelu(in[0]); },
                          {h}, {});
   } else {
     h = torch::gelu(h);
   }
-  return dropout_lowp(dropout, ops::linear_lowp(h, c_proj->weight, c_proj->bias));
+  return dropout_lowp(dropout, linear_lowp(h, c_proj->weight, c_proj->bias));
 }
 
 torch::Tensor dropout_lowp(torch::nn::Dropout& dropout, const torch::Tensor& x) {
-  if (!ops::is_low_precision(x.scalar_type()) || !dropout->is_training() ||
+  if (!is_low_precision(x.scalar_type()) || !dropout->is_training() ||
       dropout->options.p() == 0) {
     return dropout(x);
   }
   auto impl = dropout.ptr();
-  return ops::fp32_island([impl](const std::vector<torch::Tensor>& in) { return impl->forward(in[0]); },
+  return fp32_island([impl](const std::vector<torch::Tensor>& in) { return impl->forward(in[0]); },
                           {x}, {});
 }
 
 torch::Tensor layer_norm_lowp(torch::nn::LayerNorm& ln, const torch::Tensor& x) {
-  if (!ops::is_low_precision(x.scalar_type())) return ln(x);
+  if (!is_low_precision(x.scalar_type())) return ln(x);
   auto impl = ln.ptr();
-  return ops::fp32_island([impl](const std::vector<torch::Tensor>& in) { return impl->forward(in[0]); },
+  return fp32_island([impl](const std::vector<torch::Tensor>& in) { return impl->forward(in[0]); },
                           {x}, {ln->weight, ln->bias});
 }
 
@@ -233,7 +233,7 @@ torch::Tensor GPTImpl::forward(const torch::Tensor& idx) {
   auto pos = torch::arange(T, torch::TensorOptions().dtype(torch::kLong).device(idx.device()));
   auto x = drop(wte(idx) + wpe(pos));
   // The residual stream and every activation after it in compute_dtype.
-  if (ops::is_low_precision(config_.compute_dtype) && x.scalar_type() == at::kFloat) {
+  if (is_low_precision(config_.compute_dtype) && x.scalar_type() == at::kFloat) {
     x = x.to(config_.compute_dtype);
   }
   // Through the Sequential's modules, so ZeRO stage 3 can wrap the blocks
@@ -245,7 +245,7 @@ torch::Tensor GPTImpl::forward(const torch::Tensor& idx) {
   }
   x = layer_norm_lowp(ln_f, x);
   // Tied head: the token embedding doubles as the output projection.
-  return ops::linear_lowp(x, wte->weight);
+  return linear_lowp(x, wte->weight);
 }
 
 torch::Tensor GPTImpl::loss(const torch::Tensor& idx, const torch::Tensor& targets) {
@@ -257,7 +257,7 @@ torch::Tensor GPTImpl::loss(const torch::Tensor& idx, const torch::Tensor& targe
     return F::cross_entropy(in[0].reshape({-1, in[0].size(-1)}), flat_targets);
   };
   if (wte->weight.scalar_type() != at::kFloat) return ce({logits});
-  return ops::fp32_island(ce, {logits}, {}, /*round_output=*/false);
+  return fp32_island(ce, {logits}, {}, /*round_output=*/false);
 }
 
 torch::Tensor GPTImpl::generate(const torch::Tensor& prompt, int64_t max_new_tokens,

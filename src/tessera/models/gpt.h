@@ -39,7 +39,7 @@ struct GPTConfig {
   uint64_t seed = 1337;  // weight initialization seed
   // The activations' dtype: float32, or bfloat16/float16 for mixed precision.
   // Parameters stay float32; with 16-bit activations every op computes in
-  // float32 and rounds its result to 16 bits (ops/low_precision.h), so autograd
+  // float32 and rounds its result to 16 bits (low_precision.h), so autograd
   // keeps half the bytes. forward() then returns 16-bit logits; loss() is
   // float32 either way.
   at::ScalarType compute_dtype = at::kFloat;
@@ -86,7 +86,7 @@ class GPTMLPImpl : public torch::nn::Module {
 TORCH_MODULE(GPTMLP);
 
 // Dropout and LayerNorm for activations of any dtype: float32 inputs go straight
-// to the module; 16-bit ones through ops::fp32_island (float32 compute, 16-bit
+// to the module; 16-bit ones through fp32_island (float32 compute, 16-bit
 // result, the same dropout mask when recomputed).
 torch::Tensor dropout_lowp(torch::nn::Dropout& dropout, const torch::Tensor& x);
 torch::Tensor layer_norm_lowp(torch::nn::LayerNorm& ln, const torch::Tensor& x);

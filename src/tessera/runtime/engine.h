@@ -27,7 +27,7 @@
 //
 // Mixed precision (the config's "fp16"/"bf16" sections, docs/precision.md): the
 // module's float32 parameters are the master weights the optimizer steps, and
-// the model computes with 16-bit activations (models/ops/low_precision.h; the
+// the model computes with 16-bit activations (models/low_precision.h; the
 // GPT's compute_dtype). Gradients are float32 and accumulate in float32; they
 // travel as communication_data_type (the training dtype by default under DDP).
 // With fp16, backward() multiplies the loss by the loss scale and step()

@@ -1,7 +1,7 @@
 #include "tessera/parallel/tensor/parallel_layers.h"
 
 #include "tessera/core/check.h"
-#include "tessera/models/ops/low_precision.h"
+#include "tessera/models/low_precision.h"
 #include "tessera/parallel/tensor/tp_ops.h"
 
 namespace tessera::parallel {
@@ -71,7 +71,7 @@ void ColumnParallelLinearImpl::from_dense(const torch::Tensor& w, const torch::T
 torch::Tensor ColumnParallelLinearImpl::forward(const torch::Tensor& x) {
   comm::ProcessGroup& g = group_of(tp_);
   const auto in = tp_.sequence_parallel ? gather_from_sequence(x, g) : copy_to_tp(x, g);
-  auto y = models::ops::linear_lowp(in, weight, bias);  // plain linear on float32 inputs
+  auto y = models::linear_lowp(in, weight, bias);  // plain linear on float32 inputs
   return gather_output_ ? gather_from_tp(y, g) : y;
 }
 
@@ -100,7 +100,7 @@ void RowParallelLinearImpl::from_dense(const torch::Tensor& w, const torch::Tens
 torch::Tensor RowParallelLinearImpl::forward(const torch::Tensor& x) {
   comm::ProcessGroup& g = group_of(tp_);
   const auto in = input_is_parallel_ ? x : scatter_to_tp(x, g);
-  auto partial = models::ops::linear_lowp(in, weight);
+  auto partial = models::linear_lowp(in, weight);
   // A float32 bias on 16-bit activations: added in float32, rounded back.
   auto add_bias = [](const torch::Tensor& y, const torch::Tensor& b) {
     if (y.scalar_type() == b.scalar_type()) return y + b;

@@ -5,7 +5,7 @@
 
 #include "tessera/core/check.h"
 #include "tessera/models/ops/causal_attention.h"
-#include "tessera/models/ops/low_precision.h"
+#include "tessera/models/low_precision.h"
 #include "tessera/parallel/tensor/tp_ops.h"
 
 namespace tessera::parallel {
@@ -22,13 +22,13 @@ class TpLayerNormImpl : public torch::nn::Module {
     bias = register_parameter("bias", torch::zeros({n}));
   }
   torch::Tensor forward(const torch::Tensor& x) {
-    // By value: a 16-bit backward recomputes it (ops::fp32_island).
+    // By value: a 16-bit backward recomputes it (models::fp32_island).
     auto norm = [n = n_, w = weight, b = bias, sp = tp_.sequence_parallel,
                  group = tp_.group](const std::vector<torch::Tensor>& in) {
       if (!sp) return torch::layer_norm(in[0], {n}, w, b, 1e-5);
       return torch::layer_norm(in[0], {n}, copy_to_tp(w, *group), copy_to_tp(b, *group), 1e-5);
     };
-    return models::ops::fp32_island(norm, {x}, {weight, bias});
+    return models::fp32_island(norm, {x}, {weight, bias});
   }
   torch::Tensor weight, bias;
 
@@ -69,7 +69,7 @@ class TpAttentionImpl : public torch::nn::Module {
                    ? models::ops::causal_attention(in[0], local_heads_)
                    : composed(in[0]);
       };
-      y = models::ops::fp32_island(core, {qkv}, {});
+      y = models::fp32_island(core, {qkv}, {});
     }
     // The output is whole (or, under sequence parallel, this rank's sequence part).
     return drop(c_proj(y), p_, is_training(), tp_, tp_.sequence_parallel);
@@ -103,7 +103,7 @@ class TpMlpImpl : public torch::nn::Module {
     c_proj = register_module("c_proj", RowParallelLinear(4 * c.n_embd, c.n_embd, tp, c.bias));
   }
   torch::Tensor forward(const torch::Tensor& x) {
-    auto h = models::ops::fp32_island(
+    auto h = models::fp32_island(
         [](const std::vector<torch::Tensor>& in) { return torch::gelu(in[0]); }, {c_fc(x)}, {});
     return drop(c_proj(h), p_, is_training(), tp_, tp_.sequence_parallel);
   }
@@ -231,7 +231,7 @@ torch::Tensor TensorParallelGPTImpl::embed(const torch::Tensor& idx) {
   }
   x = drop(x, config_.dropout, is_training(), tp_, tp_.sequence_parallel);
   // The residual stream and every activation after it in compute_dtype.
-  if (models::ops::is_low_precision(config_.compute_dtype)) x = x.to(config_.compute_dtype);
+  if (models::is_low_precision(config_.compute_dtype)) x = x.to(config_.compute_dtype);
   return x;
 }
 
@@ -251,7 +251,7 @@ torch::Tensor TensorParallelGPTImpl::logits(const torch::Tensor& hidden) {
   // The head needs every position on every rank; its input's gradient is partial
   // (this rank's vocabulary only) and is summed by the conjugate.
   x = tp_.sequence_parallel ? gather_from_sequence(x, g) : copy_to_tp(x, g);
-  return models::ops::linear_lowp(x, wte->weight);
+  return models::linear_lowp(x, wte->weight);
 }
 
 torch::Tensor TensorParallelGPTImpl::head_loss(const torch::Tensor& x, const torch::Tensor& targets) {

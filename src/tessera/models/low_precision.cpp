@@ -1,10 +1,10 @@
-#include "tessera/models/ops/low_precision.h"
+#include "tessera/models/low_precision.h"
 
 #include "tessera/core/check.h"
 #include "tessera/core/env.h"
 #include "tessera/models/activation_checkpoint.h"
 
-namespace tessera::models::ops {
+namespace tessera::models {
 namespace {
 
 using torch::autograd::AutogradContext;
@@ -101,4 +101,4 @@ torch::Tensor fp32_island(const IslandFn& fn, const std::vector<torch::Tensor>& 
   return checkpoint_activations(wide, inputs, params)[0];
 }
 
-}  // namespace tessera::models::ops
+}  // namespace tessera::models

@@ -29,7 +29,7 @@
 #include <functional>
 #include <vector>
 
-namespace tessera::models::ops {
+namespace tessera::models {
 
 // Whether bfloat16 GEMMs run natively: TESSERA_BF16_GEMM=native or fp32, or
 // (auto, the default) whether the CPU has AVX512-BF16, where LibTorch's bf16
@@ -54,4 +54,4 @@ using IslandFn = std::function<torch::Tensor(const std::vector<torch::Tensor>&)>
 torch::Tensor fp32_island(const IslandFn& fn, const std::vector<torch::Tensor>& inputs,
                           const std::vector<torch::Tensor>& params, bool round_output = true);
 
-}  // namespace tessera::models::ops
+}  // namespace tessera::models
