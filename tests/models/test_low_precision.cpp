@@ -9,6 +9,7 @@
 
 #include "tessera/models/gpt.h"
 #include "tessera/models/low_precision.h"
+#include "testing/small_gpt.h"
 
 namespace tessera::models {
 namespace {
@@ -58,12 +59,7 @@ TEST(LowPrecision, NoBiasAndFloat32InputsArePlainLinear) {
 }
 
 GPTConfig small(at::ScalarType dtype, double dropout) {
-  GPTConfig c;
-  c.vocab_size = 64;
-  c.block_size = 16;
-  c.n_layer = 2;
-  c.n_head = 2;
-  c.n_embd = 32;
+  GPTConfig c = tessera::testing::small_gpt();
   c.dropout = dropout;
   c.compute_dtype = dtype;
   return c;

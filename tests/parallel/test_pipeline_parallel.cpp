@@ -15,6 +15,7 @@
 #include "tessera/parallel/pipeline/pipeline_executor.h"
 #include "tessera/parallel/process_mesh.h"
 #include "tessera/parallel/tensor/tp_gpt.h"
+#include "testing/small_gpt.h"
 #include "testing/thread_ranks.h"
 
 namespace tessera::parallel {
@@ -24,12 +25,7 @@ using testing::make_group;
 using testing::run_ranks;
 
 models::GPTConfig small_gpt() {
-  models::GPTConfig c;
-  c.vocab_size = 64;
-  c.block_size = 16;
-  c.n_layer = 4;
-  c.n_head = 2;
-  c.n_embd = 32;
+  models::GPTConfig c = testing::small_gpt(/*n_layer=*/4);
   c.bias = false;
   c.seed = 9;
   return c;

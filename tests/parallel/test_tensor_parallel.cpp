@@ -15,6 +15,7 @@
 #include "tessera/parallel/tensor/parallel_layers.h"
 #include "tessera/parallel/tensor/tp_gpt.h"
 #include "tessera/parallel/tensor/tp_ops.h"
+#include "testing/small_gpt.h"
 #include "testing/thread_ranks.h"
 
 namespace tessera::parallel {
@@ -148,12 +149,7 @@ TEST(TensorParallel, ShapesThatDoNotSplitAreConfigErrors) {
 void check_gpt(int tp, bool sequence_parallel) {
   run_ranks(tp, [&](int rank, int size, std::shared_ptr<comm::Store> store) {
     auto group = make_group(rank, size, store, "gloo");
-    models::GPTConfig c;
-    c.vocab_size = 64;
-    c.block_size = 16;
-    c.n_layer = 2;
-    c.n_head = 4;
-    c.n_embd = 32;
+    models::GPTConfig c = tessera::testing::small_gpt(/*n_layer=*/2, /*n_head=*/4);
     c.bias = false;
     c.seed = 5;
     models::GPT dense(c);

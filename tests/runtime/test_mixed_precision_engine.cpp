@@ -17,18 +17,14 @@
 #include "tessera/models/gpt.h"
 #include "tessera/runtime/engine.h"
 #include "testing/files.h"
+#include "testing/small_gpt.h"
 #include "testing/thread_ranks.h"
 
 namespace tessera::runtime {
 namespace {
 
 models::GPTConfig gpt_config(at::ScalarType dtype) {
-  models::GPTConfig c;
-  c.vocab_size = 64;
-  c.block_size = 16;
-  c.n_layer = 2;
-  c.n_head = 2;
-  c.n_embd = 32;
+  models::GPTConfig c = tessera::testing::small_gpt();
   c.compute_dtype = dtype;
   return c;
 }

@@ -2,18 +2,12 @@
 // their comparisons are over one model.
 #pragma once
 
-#include "tessera/models/gpt.h"
+#include "testing/small_gpt.h"
 
 namespace tessera::testing {
 
 inline models::GPTConfig zero_test_gpt() {
-  models::GPTConfig c;
-  c.vocab_size = 64;
-  c.block_size = 16;
-  c.n_layer = 3;
-  c.n_head = 2;
-  c.n_embd = 32;
-  c.dropout = 0.0;
+  models::GPTConfig c = small_gpt(/*n_layer=*/3);
   // No biases, as in nanoGPT's default. The attention key bias has an exactly zero
   // gradient (softmax ignores a constant added to a row's scores), so Adam turns
   // its float rounding noise into lr-sized steps that differ with the summation
