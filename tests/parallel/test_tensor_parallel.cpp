@@ -8,11 +8,13 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <mutex>
+#include <set>
 
 #include "tessera/core/error.h"
 #include "tessera/parallel/process_mesh.h"
 #include "tessera/parallel/tensor/dropout_rng.h"
 #include "tessera/parallel/tensor/parallel_layers.h"
+#include "tessera/parallel/tensor/tp_checkpoint.h"
 #include "tessera/parallel/tensor/tp_gpt.h"
 #include "tessera/parallel/tensor/tp_ops.h"
 #include "testing/small_gpt.h"
@@ -216,12 +218,7 @@ TEST(TensorParallel, DropoutStreamsAgreeWhereReplicatedAndDifferWhereSplit) {
 TEST(TensorParallel, GptDropoutKeepsTheReplicatedStreamEqualAcrossRanks) {
   run_ranks(2, [&](int rank, int size, std::shared_ptr<comm::Store> store) {
     auto group = make_group(rank, size, store, "gloo");
-    models::GPTConfig c;
-    c.vocab_size = 64;
-    c.block_size = 16;
-    c.n_layer = 2;
-    c.n_head = 4;
-    c.n_embd = 32;
+    models::GPTConfig c = tessera::testing::small_gpt(/*n_layer=*/2, /*n_head=*/4);
     c.dropout = 0.2;
     c.seed = 5;
     auto rng = std::make_shared<DropoutRng>(11, rank, 0, 0);
@@ -245,6 +242,75 @@ TEST(TensorParallel, GptDropoutKeepsTheReplicatedStreamEqualAcrossRanks) {
     c.dropout = 0.2;
     EXPECT_THROW(TensorParallelGPT(c, TensorParallelOptions{group, false, nullptr}), ConfigError)
         << "dropout without a DropoutRng";
+  });
+}
+
+// The checkpointed segments in the graph behind `loss` (their backward nodes).
+int64_t recompute_nodes(const torch::Tensor& loss) {
+  std::set<torch::autograd::Node*> seen;
+  std::vector<torch::autograd::Node*> todo{loss.grad_fn().get()};
+  int64_t n = 0;
+  while (!todo.empty()) {
+    auto* node = todo.back();
+    todo.pop_back();
+    if (node == nullptr || !seen.insert(node).second) continue;
+    if (node->name().find("RecomputeBackward") != std::string::npos) ++n;
+    for (const auto& e : node->next_edges()) todo.push_back(e.function.get());
+  }
+  return n;
+}
+
+// Activation checkpointing of the tensor-parallel GPT, with dropout on: the
+// recompute restores the DropoutRng, so the gradients equal the plain run's; with
+// partition_activations each rank keeps 1/tp of a checkpointed input and the
+// all-gather before the recompute rebuilds it exactly.
+TEST(TensorParallel, CheckpointedAndPartitionedActivationsGiveThePlainGradients) {
+  for (bool sequence_parallel : {false, true}) {
+    run_ranks(2, [&](int rank, int size, std::shared_ptr<comm::Store> store) {
+      auto group = make_group(rank, size, store, "gloo");
+      models::GPTConfig c = tessera::testing::small_gpt(/*n_layer=*/3, /*n_head=*/4);
+      c.dropout = 0.2;
+      c.seed = 5;
+      auto gen = at::detail::createCPUGenerator(3);
+      auto idx = torch::randint(c.vocab_size, {2, c.block_size}, gen);
+      auto targets = torch::randint(c.vocab_size, {2, c.block_size}, gen);
+      // Gradients of (loss, every parameter) for a model config and tp options.
+      auto grads = [&](int64_t checkpoints, bool partition) {
+        models::GPTConfig cc = c;
+        cc.activation_checkpoints = checkpoints;
+        TensorParallelOptions o{group, sequence_parallel, std::make_shared<DropoutRng>(11, rank, 0, 0),
+                                partition};
+        TensorParallelGPT model(cc, o);
+        auto loss = model->loss(idx, targets);
+        EXPECT_EQ(recompute_nodes(loss), checkpoints) << "segments actually checkpointed";
+        loss.backward();
+        std::vector<torch::Tensor> out{loss.detach()};
+        for (auto& p : model->parameters()) out.push_back(p.grad().clone());
+        return out;
+      };
+      const auto plain = grads(0, false);
+      for (auto [checkpoints, partition] : {std::pair<int64_t, bool>{3, false}, {2, true}, {3, true}}) {
+        const auto got = grads(checkpoints, partition);
+        double worst = 0;
+        for (size_t i = 0; i < plain.size(); ++i) {
+          worst = std::max(worst, (plain[i] - got[i]).abs().max().item<double>());
+        }
+        if (rank == 0) {
+          std::printf("[tp checkpoint] tp 2%s, %lld segments, partition %d: max |grad diff| %.3g\n",
+                      sequence_parallel ? " + sequence parallel" : "",
+                      static_cast<long long>(checkpoints), partition ? 1 : 0, worst);
+        }
+        EXPECT_LE(worst, 1e-6) << checkpoints << " segments, partition " << partition;
+      }
+    });
+  }
+  // What a rank keeps of a [2, 16, 32] input: half of it, padded, and back.
+  run_ranks(2, [&](int rank, int size, std::shared_ptr<comm::Store> store) {
+    auto group = make_group(rank, size, store, "gloo");
+    auto x = torch::arange(2 * 15 * 3, torch::kFloat).reshape({2, 15, 3});  // 90: pads to 2 x 45
+    auto part = partition_activation(x, *group);
+    EXPECT_EQ(part.numel(), 45);
+    EXPECT_TRUE(torch::equal(gather_activation(part, x.sizes(), *group), x));
   });
 }
 

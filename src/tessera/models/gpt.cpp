@@ -174,9 +174,9 @@ void init_parameter(const std::string& name, torch::Tensor& t, at::Generator& ge
 }  // namespace
 
 torch::Tensor GPTImpl::checkpointed_blocks(torch::Tensor x) {
-  const int64_t n = static_cast<int64_t>(h->size()), segments = config_.activation_checkpoints;
-  for (int64_t k = 0, begin = 0; k < segments; ++k) {
-    const int64_t end = begin + n / segments + (k < n % segments ? 1 : 0);
+  const int64_t n = static_cast<int64_t>(h->size());
+  for (const auto& segment : checkpoint_segments(n, config_.activation_checkpoints)) {
+    const int64_t begin = segment.first, end = segment.second;
     std::vector<at::Tensor> params;
     for (int64_t i = begin; i < end; ++i) {
       for (const auto& p : h[static_cast<size_t>(i)]->parameters()) params.push_back(p);
@@ -187,7 +187,6 @@ torch::Tensor GPTImpl::checkpointed_blocks(torch::Tensor x) {
       return std::vector<at::Tensor>{y};
     };
     x = checkpoint_activations(run, {x}, params)[0];
-    begin = end;
   }
   return x;
 }

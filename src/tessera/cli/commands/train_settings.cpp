@@ -71,9 +71,6 @@ TrainSettings TrainSettings::from_config(const runtime::Config& cfg) {
     TS_CHECK_T(ConfigError, cfg.zero.stage != 3,
                "activation_checkpointing is not supported with zero_optimization.stage 3 yet "
                "(its gathered parameters would be released before the recompute); use stage 0-2");
-    TS_CHECK_T(ConfigError, !cfg.model_parallel.enabled(),
-               "activation_checkpointing is not supported with tensor or pipeline parallelism yet; "
-               "remove the section or set tensor/pipeline_model_parallel_size to 1");
     TS_CHECK_T(ConfigError, ac.number_checkpoints <= s.model.n_layer,
                "activation_checkpointing.number_checkpoints ", ac.number_checkpoints,
                " exceeds model.n_layer ", s.model.n_layer, ": each segment needs a block");

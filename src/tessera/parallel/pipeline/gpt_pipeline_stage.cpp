@@ -103,7 +103,8 @@ GptPipelineStage::GptPipelineStage(const models::GPTConfig& config, const Proces
   model_ = TensorParallelGPT(
       config_,
       TensorParallelOptions{mesh.tp(), sequence_parallel_,
-                            std::make_shared<DropoutRng>(options.dropout_seed, c.tp, c.dp, c.pp)},
+                            std::make_shared<DropoutRng>(options.dropout_seed, c.tp, c.dp, c.pp),
+                            options.partition_activations},
       part_of(my_layers_, p_, stage_));
 }
 

@@ -63,6 +63,9 @@ struct GptStageOptions {
   bool sequence_parallel = false;  // see tensor/tp_gpt.h
   uint64_t dropout_seed = 0;       // DropoutRng seed (with the mesh coordinates)
   bool balance_by_parameters = false;  // split_layers_by_parameters, else split_layers
+  // With config.activation_checkpoints > 0: keep 1/tp of each checkpointed
+  // input (tensor/tp_checkpoint.h).
+  bool partition_activations = false;
 };
 
 class GptPipelineStage : public BatchedStage {

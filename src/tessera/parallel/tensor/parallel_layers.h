@@ -38,6 +38,9 @@ struct TensorParallelOptions {
   bool sequence_parallel = false;  // activations outside the layers hold 1/tp of the sequence
   // Where dropout draws from (dropout_rng.h); needed by models with dropout > 0.
   std::shared_ptr<DropoutRng> dropout_rng;
+  // Activation checkpointing keeps 1/tp of each replicated segment input
+  // (tp_checkpoint.h); the models read it, the layers do not.
+  bool partition_activations = false;
 };
 
 // Which part of a dense weight a tensor-parallel rank holds: all of it, its

@@ -4,8 +4,10 @@
 #include <limits>
 
 #include "tessera/core/check.h"
+#include "tessera/models/activation_checkpoint.h"
 #include "tessera/models/ops/causal_attention.h"
 #include "tessera/models/low_precision.h"
+#include "tessera/parallel/tensor/tp_checkpoint.h"
 #include "tessera/parallel/tensor/tp_ops.h"
 
 namespace tessera::parallel {
@@ -237,9 +239,28 @@ torch::Tensor TensorParallelGPTImpl::embed(const torch::Tensor& idx) {
 
 torch::Tensor TensorParallelGPTImpl::blocks(int64_t begin, int64_t end, torch::Tensor x) {
   for (int64_t i = begin; i < end; ++i) {
-    auto& block = blocks_.at(static_cast<size_t>(i));
-    TS_CHECK(!block.is_empty(), "TensorParallelGPT: this rank does not hold block ", i);
-    x = block.forward(x);
+    TS_CHECK(!blocks_.at(static_cast<size_t>(i)).is_empty(),
+             "TensorParallelGPT: this rank does not hold block ", i);
+  }
+  auto run = [this](int64_t from, int64_t to, torch::Tensor y) {
+    for (int64_t i = from; i < to; ++i) y = blocks_[static_cast<size_t>(i)].forward(y);
+    return y;
+  };
+  if (config_.activation_checkpoints == 0 || !is_training()) return run(begin, end, x);
+  // The dense GPT's segments, cut where this rank's range ends (a pipeline stage
+  // may start or end inside one).
+  const auto options = tensor_parallel_checkpoint(tp_, tp_.partition_activations);
+  for (const auto& segment : models::checkpoint_segments(config_.n_layer, config_.activation_checkpoints)) {
+    const int64_t from = std::max(begin, segment.first), to = std::min(end, segment.second);
+    if (from >= to) continue;
+    std::vector<at::Tensor> params;
+    for (int64_t i = from; i < to; ++i) {
+      for (const auto& p : blocks_[static_cast<size_t>(i)].ptr()->parameters()) params.push_back(p);
+    }
+    auto fn = [run, from, to](const std::vector<at::Tensor>& in) {
+      return std::vector<at::Tensor>{run(from, to, in[0])};
+    };
+    x = models::checkpoint_activations(fn, {x}, params, options)[0];
   }
   return x;
 }
