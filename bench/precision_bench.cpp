@@ -18,11 +18,7 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 
-#include <c10/core/CPUAllocator.h>
-
 #include <algorithm>
-#include <mutex>
-#include <unordered_map>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -33,65 +29,9 @@
 #include "tessera/models/gpt.h"
 #include "tessera/runtime/engine.h"
 #include "tessera/runtime/storage_bytes.h"
+#include "counting_allocator.h"
 
 namespace {
-
-// Counts the bytes of live CPU tensor storages and their high-water mark. The
-// pointer is its own context (LibTorch's raw_allocate() requires it), so sizes
-// are looked up at free.
-class CountingAllocator : public c10::Allocator {
- public:
-  explicit CountingAllocator(c10::Allocator* base) {
-    base_ = base;
-    base_free_ = base->raw_deleter();
-  }
-  c10::DataPtr allocate(size_t n) const override {
-    void* data = base_->raw_allocate(n);
-    int64_t now = 0;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      sizes_[data] = n;
-      live_ += static_cast<int64_t>(n);
-      now = live_;
-      peak_ = std::max(peak_, now);
-    }
-    return {data, data, &release, c10::Device(c10::DeviceType::CPU)};
-  }
-  c10::DeleterFnPtr raw_deleter() const override { return &release; }
-  static int64_t live() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return live_;
-  }
-  // Restarts the high-water mark at the current live bytes.
-  static void reset_peak() {
-    std::lock_guard<std::mutex> lock(mu_);
-    peak_ = live_;
-  }
-  static int64_t peak() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return peak_;
-  }
-
- private:
-  static void release(void* p) {
-    if (p == nullptr) return;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      auto it = sizes_.find(p);
-      if (it != sizes_.end()) {
-        live_ -= static_cast<int64_t>(it->second);
-        sizes_.erase(it);
-      }
-    }
-    base_free_(p);
-  }
-  static inline c10::Allocator* base_ = nullptr;
-  static inline c10::DeleterFnPtr base_free_ = nullptr;
-  static inline std::mutex mu_;
-  static inline std::unordered_map<void*, size_t> sizes_;
-  static inline int64_t live_ = 0;
-  static inline int64_t peak_ = 0;
-};
 
 std::string precision_section(const std::string& mode) {
   if (mode == "bf16") return R"(, "bf16": {"enabled": true})";

@@ -26,6 +26,7 @@ set(TESSERA_INTERNAL_HEADERS
   "^comm/base/socket_util\\.h$" "^comm/base/tcp_store_protocol\\.h$"
   "^core/atomic_file\\.h$" "^core/file_io\\.h$" "^core/host_memory\\.h$"
   "^checkpoint/crc32c\\.h$" "^runtime/checkpoint_steps\\.h$"
+  "^runtime/offload/chunked_io\\.h$" "^runtime/offload/async_io_engines\\.h$"
   "^models/ops/"
   "^pch_")
 file(GLOB_RECURSE tessera_headers RELATIVE ${TESSERA_SRC_DIR}/tessera

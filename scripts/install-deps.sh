@@ -14,6 +14,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev googletest
   libbenchmark-dev
   python3-torch                # peer for side-by-side benchmarks (PyTorch DDP)
+  liburing-dev                 # io_uring: direct, asynchronous I/O of the nvme offload
   iproute2 procps psmisc       # network-namespace test hosts, process inspection
   clang-14 libclang-rt-14-dev  # libFuzzer + sanitizers for the parser fuzz targets (tests/fuzz)
 )

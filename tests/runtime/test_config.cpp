@@ -236,27 +236,37 @@ TEST(Config, ActivationCheckpointingSection) {
   EXPECT_EQ(Config::from_string(R"({"activation_checkpointing": {"number_checkpoints": null}})")
                 .activation_checkpointing.number_checkpoints, 0);
   EXPECT_FALSE(Config::from_string("{}").activation_checkpointing.enabled);
-  EXPECT_ERROR_HAS(R"({"activation_checkpointing": {"partition_activations": true}})",
-                   "partition_activations");
-  EXPECT_ERROR_HAS(R"({"activation_checkpointing": {"cpu_checkpointing": true}})", "cpu_checkpointing");
+  const Config p = Config::from_string(R"({"activation_checkpointing": {"partition_activations": true,
+    "cpu_checkpointing": true}})");
+  EXPECT_TRUE(p.activation_checkpointing.partition_activations);
+  EXPECT_TRUE(p.activation_checkpointing.cpu_checkpointing);
   EXPECT_ERROR_HAS(R"({"activation_checkpointing": {"number_checkpoints": -1}})", "must be >= 0");
   EXPECT_ERROR_HAS(R"({"activation_checkpointing": {"num_checkpoints": 2}})", "number_checkpoints");
 }
 
-TEST(OffloadConfig, CpuIsAcceptedAndNvmeIsAClearError) {
+TEST(OffloadConfig, DeviceKeysAndDeepSpeedsDefaults) {
   Config c = Config::from_string(R"({"zero_optimization": {"stage": 2,
       "offload_optimizer": {"device": "cpu", "pin_memory": true}}})");
   EXPECT_EQ(c.zero.stage, 2);
+  EXPECT_FALSE(c.zero.offload_optimizer.nvme());
   EXPECT_NO_THROW(Config::from_string(R"({"zero_optimization": {"stage": 3,
       "offload_param": {"device": "none"}}})"));
-  try {
-    Config::from_string(R"({"zero_optimization": {"stage": 3,
-        "offload_optimizer": {"device": "nvme", "nvme_path": "/tmp"}}})");
-    FAIL() << "nvme accepted";
-  } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("nvme offload is not supported yet"), std::string::npos)
-        << e.what();
-  }
+  c = Config::from_string(R"({"zero_optimization": {"stage": 3,
+      "offload_optimizer": {"device": "nvme", "nvme_path": "/mnt/a", "buffer_count": 2},
+      "offload_param": {"device": "nvme", "nvme_path": "/mnt/b", "buffer_size": 1000,
+                        "max_in_cpu": 1e9}},
+      "aio": {"block_size": 262144, "queue_depth": 16, "thread_count": 2}})");
+  EXPECT_TRUE(c.zero.offload_optimizer.nvme());
+  EXPECT_EQ(c.zero.offload_optimizer.nvme_path, "/mnt/a");
+  EXPECT_EQ(c.zero.offload_optimizer.buffer_count, 2);
+  EXPECT_EQ(c.zero.offload_optimizer.buffer_size, 100000000);
+  EXPECT_EQ(c.zero.offload_param.nvme_path, "/mnt/b");
+  EXPECT_EQ(c.zero.offload_param.buffer_count, 5);
+  EXPECT_EQ(c.zero.offload_param.buffer_size, 1000);
+  EXPECT_EQ(c.aio.block_size, 262144);
+  EXPECT_EQ(c.aio.queue_depth, 16);
+  EXPECT_ERROR_HAS(R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "nvme",
+      "nvme_path": "/tmp", "ratio": 0.3}}})", "partial offload");
   EXPECT_THROW(Config::from_string(R"({"zero_optimization": {"offload_param": {"device": "gpu"}}})"),
                ConfigError);
   EXPECT_THROW(Config::from_string(R"({"zero_optimization": {"offload_param": {"devcie": "cpu"}}})"),

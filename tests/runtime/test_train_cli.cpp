@@ -1,7 +1,8 @@
 // `tessera train` end to end through the real binary: bad configs fail before
 // the first step with a message naming the problem; a 2-rank run through
 // `tessera run` killed with SIGKILL after its step-10 checkpoint and resumed
-// reproduces the straight run's per-step losses, dropout included.
+// reproduces the straight run's per-step losses, dropout included; the same with
+// ZeRO stage 3 and the optimizer state and parameter shards offloaded to disk.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -91,6 +92,32 @@ std::map<int64_t, double> losses(const fs::path& metrics) {
   return out;
 }
 
+// Runs `job` in the background and SIGKILLs it (the launcher, and through it the
+// workers) as soon as the shell test `until` holds; waits until no process
+// mentioning `out` is left.
+CommandResult run_and_kill_when(const std::string& job, const std::string& until,
+                                const fs::path& log, const fs::path& out) {
+  auto killed = run_command("(" + job + " > " + log.string() + " 2>&1 & pid=$!; "
+                            "for i in $(seq 1 6000); do " + until + " && break; sleep 0.01; done; "
+                            "kill -KILL $pid; wait $pid; echo killed)", 120);
+  for (int i = 0; i < 100 && count_processes(out.string()) > 0; ++i) ::usleep(50000);
+  return killed;
+}
+
+// The largest difference between two runs' losses, step by step; both must
+// have logged `steps` steps.
+double worst_loss_diff(const fs::path& a_metrics, const fs::path& b_metrics, size_t steps,
+                       std::map<int64_t, double>* a_losses = nullptr) {
+  auto a = losses(a_metrics);
+  auto b = losses(b_metrics);
+  EXPECT_EQ(a.size(), steps);
+  EXPECT_EQ(b.size(), steps);
+  double worst = 0;
+  for (auto& [step, loss] : a) worst = std::max(worst, std::abs(loss - b[step]));
+  if (a_losses) *a_losses = a;
+  return worst;
+}
+
 TEST_F(TrainCli, TwoRanksKilledAndResumedReproduceTheStraightRun) {
   const std::string cfg = write_config("tiny.json");
   const std::string bin = tessera_bin();
@@ -104,13 +131,9 @@ TEST_F(TrainCli, TwoRanksKilledAndResumedReproduceTheStraightRun) {
   const fs::path b = dir_ / "b";
   const std::string job = "TESSERA_TIMEOUT=20 " + bin + " run --master-port 0 -n 2 " + bin + " train --config " +
                           cfg + " --out " + b.string();
-  auto killed = run_command(
-      "(" + job + " > " + (dir_ / "killed.log").string() + " 2>&1 & pid=$!; "
-      "for i in $(seq 1 6000); do [ -f " + (b / "step_10" / "manifest.json").string() +
-      " ] && break; sleep 0.01; done; kill -KILL $pid; wait $pid; echo killed)",
-      120);
+  auto killed = run_and_kill_when(job, "[ -f " + (b / "step_10" / "manifest.json").string() + " ]",
+                                  dir_ / "killed.log", b);
   ASSERT_NE(killed.output.find("killed"), std::string::npos) << killed.output;
-  for (int i = 0; i < 100 && count_processes(b.string()) > 0; ++i) ::usleep(50000);
   ASSERT_EQ(count_processes(b.string()), 0) << "workers outlived the killed launcher";
   ASSERT_FALSE(fs::exists(b / "step_20")) << "the job finished before the kill; slow it down";
   const auto before = losses(b / "metrics.jsonl");
@@ -122,12 +145,8 @@ TEST_F(TrainCli, TwoRanksKilledAndResumedReproduceTheStraightRun) {
       << resumed.output;
   // metrics.jsonl is appended to: the resumed run's rows overwrite the killed
   // run's rows for the steps it repeated.
-  auto a = losses(dir_ / "a" / "metrics.jsonl");
-  auto r = losses(b / "metrics.jsonl");
-  ASSERT_EQ(a.size(), 20u);
-  ASSERT_EQ(r.size(), 20u);
-  double worst = 0;
-  for (auto& [step, loss] : a) worst = std::max(worst, std::abs(loss - r[step]));
+  std::map<int64_t, double> a;
+  const double worst = worst_loss_diff(dir_ / "a" / "metrics.jsonl", b / "metrics.jsonl", 20, &a);
   std::printf("[train cli] 2 ranks, 20 straight vs killed at step %lld + resume from step 10: "
               "max |loss diff| %.3g (loss %.4f -> %.4f)\n", static_cast<long long>(killed_at),
               worst, a[1], a[20]);
@@ -135,6 +154,53 @@ TEST_F(TrainCli, TwoRanksKilledAndResumedReproduceTheStraightRun) {
   EXPECT_LT(a[20], a[1]);
   EXPECT_TRUE(fs::exists(b / "latest"));
   EXPECT_TRUE(fs::exists(b / "step_20" / "manifest.json"));
+}
+
+// ZeRO-Infinity: stage 3 with the optimizer state and the parameter shards in
+// swap files; SIGKILL mid-step after the step-10 checkpoint, then --resume.
+TEST_F(TrainCli, OffloadedToDiskKilledAndResumedLosesNothingButTheStepsAfterTheCheckpoint) {
+  const fs::path nvme = dir_ / "nvme";
+  fs::create_directories(nvme);
+  const std::string cfg = write_config("offload.json", R"(, "zero_optimization": {"stage": 3,
+      "stage3_param_persistence_threshold": 100,
+      "offload_optimizer": {"device": "nvme", "nvme_path": ")" + nvme.string() + R"(",
+                            "buffer_size": 8192, "buffer_count": 3},
+      "offload_param": {"device": "nvme", "nvme_path": ")" + nvme.string() + R"("}})");
+  const std::string bin = tessera_bin();
+  auto straight = train("--config " + cfg + " --out " + (dir_ / "a").string(), 2);
+  ASSERT_EQ(straight.exit_code, 0) << straight.output;
+  EXPECT_NE(straight.output.find("offload to " + nvme.string()), std::string::npos)
+      << straight.output;
+  const fs::path swap_root = nvme / "tessera-offload";
+  EXPECT_FALSE(fs::exists(swap_root)) << "the swap files outlived a finished job";
+
+  const fs::path b = dir_ / "b";
+  const std::string job = "TESSERA_TIMEOUT=20 " + bin + " run --master-port 0 -n 2 " + bin +
+                          " train --config " + cfg + " --out " + b.string();
+  // Killed once step 11's loss is logged: in the middle of step 12.
+  auto killed = run_and_kill_when(
+      job, "grep -qE '\"step\":11[,}]' " + (b / "metrics.jsonl").string() + " 2>/dev/null",
+      dir_ / "killed.log", b);
+  ASSERT_NE(killed.output.find("killed"), std::string::npos) << killed.output;
+  ASSERT_EQ(count_processes(b.string()), 0) << "workers outlived the killed launcher";
+  ASSERT_TRUE(fs::exists(b / "step_10" / "manifest.json"));
+  ASSERT_FALSE(fs::exists(b / "step_20")) << "the job finished before the kill; slow it down";
+  ASSERT_TRUE(fs::exists(swap_root)) << "SIGKILL leaves the swap files (nothing can run)";
+
+  auto resumed = train("--config " + cfg + " --resume --out " + b.string(), 2);
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("resumed from " + b.string() + "/step_10"), std::string::npos)
+      << resumed.output;
+  EXPECT_NE(resumed.output.find("left under " + nvme.string() + " by processes that no longer run"),
+            std::string::npos) << resumed.output;
+  EXPECT_FALSE(fs::exists(swap_root)) << "stale or own swap files are left";
+  std::map<int64_t, double> a;
+  const double worst = worst_loss_diff(dir_ / "a" / "metrics.jsonl", b / "metrics.jsonl", 20, &a);
+  std::printf("[train cli] stage 3 offloaded to disk, 2 ranks, killed in step 12, resumed from "
+              "step 10: max |loss diff| over 20 steps %.3g (loss %.4f -> %.4f)\n", worst, a[1],
+              a[20]);
+  EXPECT_EQ(worst, 0.0);
+  EXPECT_LT(a[20], a[1]);
 }
 
 TEST_F(TrainCli, CorruptedCheckpointIsRefusedAndThePreviousOneResumes) {

@@ -57,6 +57,9 @@ const std::vector<EnvVar>& registry() {
       {"TESSERA_BF16_GEMM", "auto",
        "bf16 training's GEMMs: native (bf16 with float32 accumulation), fp32 (upcast "
        "operands), or auto (native where the CPU has AVX512-BF16)"},
+      {"TESSERA_AIO", "auto",
+       "offload I/O engine: auto (io_uring when the kernel allows it), uring or posix "
+       "(pread/pwrite on a background thread)"},
       {"TESSERA_TEST_GRAD_OVERFLOW", nullptr,
        "test hook: steps (comma-separated, or all) at which tessera train's rank 0 "
        "backpropagates an infinite loss"},

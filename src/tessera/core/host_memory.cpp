@@ -33,4 +33,10 @@ HostMemoryPolicy configure_host_memory() {
   return policy;
 }
 
+void release_free_host_memory() {
+#if defined(__GLIBC__)
+  malloc_trim(0);
+#endif
+}
+
 }  // namespace tessera

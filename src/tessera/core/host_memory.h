@@ -28,4 +28,10 @@ struct HostMemoryPolicy {
 // glibc, or with the variable at 0, it changes nothing and says so.
 HostMemoryPolicy configure_host_memory();
 
+// Returns the heap's free memory to the kernel now (glibc's malloc_trim), for the
+// rare moment a process has freed much memory it will not need again: the nvme
+// offload after moving the parameter shards of a model built whole to disk.
+// The policy above would otherwise keep those pages resident. No-op elsewhere.
+void release_free_host_memory();
+
 }  // namespace tessera

@@ -20,7 +20,7 @@ const std::vector<std::string> kTopKeys = {
     "seed", "comm_timeout", "data_parallel", "fp16", "bf16", "zero_optimization", "model",
     "data", "train", "tensor_model_parallel_size", "pipeline_model_parallel_size",
     "virtual_pipeline_model_parallel_size", "sequence_parallel", "pipeline_schedule",
-    "pipeline_partition_method", "activation_checkpointing", "communication_data_type"};
+    "pipeline_partition_method", "activation_checkpointing", "communication_data_type", "aio"};
 const std::vector<std::string> kOptimizerKeys = {"type", "params"};
 const std::vector<std::string> kOptimizerParams = {
     "lr", "betas", "eps", "weight_decay", "amsgrad", "momentum", "dampening", "nesterov",
@@ -60,8 +60,7 @@ std::string path(const std::string& where, const std::string& key) {
   return where.empty() ? key : where + "." + key;
 }
 
-// Mixed precision is not part of the engine yet: accepted only when off, so a
-// config written for it fails loudly here instead of silently training fp32.
+// DeepSpeed's activation_checkpointing section (docs/activation_checkpointing.md).
 void parse_activation_checkpointing(const json& a, ActivationCheckpointingConfig& c) {
   const std::string w = "activation_checkpointing";
   check_known_keys(a, {"partition_activations", "cpu_checkpointing", "contiguous_memory_optimization",
@@ -78,12 +77,6 @@ void parse_activation_checkpointing(const json& a, ActivationCheckpointingConfig
   c.contiguous_memory_optimization = read_bool(a, "contiguous_memory_optimization", w, false);
   c.synchronize_checkpoint_boundary = read_bool(a, "synchronize_checkpoint_boundary", w, false);
   c.profile = read_bool(a, "profile", w, false);
-  TS_CHECK_T(ConfigError, !c.partition_activations,
-             "config 'activation_checkpointing.partition_activations': true is not supported yet "
-             "(saved inputs are not split over tensor-parallel ranks); set it to false");
-  TS_CHECK_T(ConfigError, !c.cpu_checkpointing,
-             "config 'activation_checkpointing.cpu_checkpointing': true has nothing to move on a "
-             "CPU build and is not supported; set it to false");
 }
 
 const std::vector<std::string> kFp16Keys = {"enabled", "auto_cast", "loss_scale",
@@ -130,17 +123,53 @@ const std::vector<std::string> kOffloadKeys = {"device", "nvme_path", "buffer_co
                                                "max_in_cpu", "pipeline_read", "pipeline_write",
                                                "fast_init"};
 
-// DeepSpeed's offload_optimizer / offload_param: "cpu" (or "none") is where
-// everything already lives on a CPU build; "nvme" is not built yet.
-void parse_offload(const json& z, const char* key) {
+// DeepSpeed's offload_optimizer / offload_param (docs/offload.md).
+void parse_offload(const json& z, const char* key, OffloadConfig& c) {
   if (!z.contains(key)) return;
   const std::string w = std::string("zero_optimization.") + key;
   check_known_keys(z[key], kOffloadKeys, w);
-  const std::string device = read_string(z[key], "device", w, "none");
-  TS_CHECK_T(ConfigError, device == "none" || device == "cpu" || device != "nvme",
-             "config '", w, ".device': nvme offload is not supported yet; use cpu or none");
-  TS_CHECK_T(ConfigError, device == "none" || device == "cpu",
-             "config '", w, ".device' is '", device, "': use none or cpu");
+  const json& o = z[key];
+  c.device = read_string(o, "device", w, "none");
+  TS_CHECK_T(ConfigError, c.device == "none" || c.device == "cpu" || c.device == "nvme",
+             "config '", w, ".device' is '", c.device, "': use none, cpu or nvme");
+  c.nvme_path = read_string(o, "nvme_path", w, "");
+  TS_CHECK_T(ConfigError, !c.nvme() || !c.nvme_path.empty(), "config '", w, "': device nvme "
+             "needs 'nvme_path', a directory on the disk to swap to");
+  c.buffer_count = read_positive_int(o, "buffer_count", w, c.buffer_count);
+  c.buffer_size = read_positive_int(o, "buffer_size", w, c.buffer_size);
+  c.pin_memory = read_bool(o, "pin_memory", w, c.pin_memory);
+  const double ratio = read_number(o, "ratio", w, 1.0);
+  TS_CHECK_T(ConfigError, ratio == 1.0, "config '", w, ".ratio' is ", ratio, ": partial offload "
+             "is not supported; remove the key (1.0: everything)");
+  // max_in_cpu, pipeline_read, pipeline_write, fast_init: accepted (docs/offload.md).
+}
+
+const std::vector<std::string> kAioKeys = {"block_size", "queue_depth", "thread_count",
+                                           "single_submit", "overlap_events", "use_gds"};
+
+void parse_aio(const json& j, AioConfig& c) {
+  check_known_keys(j, kAioKeys, "aio");
+  c.block_size = read_positive_int(j, "block_size", "aio", c.block_size);
+  TS_CHECK_T(ConfigError, c.block_size % 4096 == 0, "config 'aio.block_size' must be a multiple "
+             "of 4096 bytes (direct I/O), got ", c.block_size);
+  c.queue_depth = read_positive_int(j, "queue_depth", "aio", c.queue_depth);
+  TS_CHECK_T(ConfigError, c.queue_depth <= 4096, "config 'aio.queue_depth' must be at most "
+             "4096, got ", c.queue_depth);
+  TS_CHECK_T(ConfigError, !read_bool(j, "use_gds", "aio", false), "config 'aio.use_gds': GPUDirect "
+             "Storage needs a GPU build; remove it");
+}
+
+// What the offload sections need of the stage, checked once both are read.
+void check_offload(const ZeroConfig& c) {
+  const OffloadConfig& oo = c.offload_optimizer;
+  const OffloadConfig& op = c.offload_param;
+  TS_CHECK_T(ConfigError, !oo.nvme() || c.stage >= 1, "config 'zero_optimization."
+             "offload_optimizer.device' nvme needs ZeRO: set zero_optimization.stage to 1, 2 or 3");
+  TS_CHECK_T(ConfigError, !op.nvme() || c.stage == 3, "config 'zero_optimization.offload_param."
+             "device' nvme needs zero_optimization.stage 3 (only stage 3 shards the parameters)");
+  TS_CHECK_T(ConfigError, !op.nvme() || oo.nvme(), "config 'zero_optimization.offload_param."
+             "device' nvme needs offload_optimizer.device nvme as well: the parameter shards are "
+             "the optimizer's float32 master weights, which the optimizer step reads from disk");
 }
 
 void parse_zero(const json& z, ZeroConfig& c) {
@@ -164,8 +193,9 @@ void parse_zero(const json& z, ZeroConfig& c) {
       read_int(z, "stage3_max_live_parameters", w, c.stage3_max_live_parameters);
   c.stage3_max_reuse_distance =
       read_int(z, "stage3_max_reuse_distance", w, c.stage3_max_reuse_distance);
-  parse_offload(z, "offload_optimizer");
-  parse_offload(z, "offload_param");
+  parse_offload(z, "offload_optimizer", c.offload_optimizer);
+  parse_offload(z, "offload_param", c.offload_param);
+  check_offload(c);
   for (const char* k : {"stage3_prefetch_bucket_size", "stage3_param_persistence_threshold",
                         "stage3_max_live_parameters", "stage3_max_reuse_distance"}) {
     TS_CHECK_T(ConfigError, read_int(z, k, w, 0) >= 0, "config key 'zero_optimization.", k,
@@ -397,6 +427,7 @@ Config Config::from_json(const json& j, const std::string& source) {
   c.scheduler.warmup_max_lr = c.optimizer.lr;
   if (j.contains("scheduler")) parse_scheduler(j["scheduler"], c.scheduler, c.optimizer.lr);
   if (j.contains("zero_optimization")) parse_zero(j["zero_optimization"], c.zero);
+  if (j.contains("aio")) parse_aio(j["aio"], c.aio);
   if (j.contains("activation_checkpointing")) {
     parse_activation_checkpointing(j["activation_checkpointing"], c.activation_checkpointing);
   }

@@ -61,6 +61,27 @@ struct DataParallelConfig {
   std::string comm_hook = "none";  // none | fp16 | bf16
 };
 
+// DeepSpeed's zero_optimization.offload_optimizer / offload_param (docs/offload.md).
+// device none or cpu: nothing moves (on a CPU build the state is in host memory
+// already); nvme: the state lives in files under nvme_path, streamed through
+// buffer_count buffers of buffer_size elements (runtime/offload/nvme_offload.h).
+struct OffloadConfig {
+  std::string device = "none";  // none | cpu | nvme
+  std::string nvme_path;        // nvme: an existing directory on the disk to use
+  int64_t buffer_count = 4;     // offload_param: 5 (DeepSpeed's defaults)
+  int64_t buffer_size = 100000000;  // elements per buffer
+  bool pin_memory = false;      // accepted; no effect without a GPU
+  bool nvme() const { return device == "nvme"; }
+};
+
+// DeepSpeed's "aio" section: how the offload's asynchronous I/O is issued.
+struct AioConfig {
+  int64_t block_size = 1048576;  // bytes per request (a multiple of 4096)
+  int64_t queue_depth = 8;       // requests in flight
+  // thread_count, single_submit, overlap_events, use_gds: accepted, no effect
+  // (io_uring needs no I/O threads; see docs/offload.md).
+};
+
 // DeepSpeed's "zero_optimization" section (docs/zero.md says which keys act here).
 struct ZeroConfig {
   int stage = 0;  // 0: plain data parallel (DDP); 1, 2, 3: ZeRO stages
@@ -74,6 +95,12 @@ struct ZeroConfig {
   int64_t stage3_param_persistence_threshold = 100000;     // smaller parameters stay whole
   int64_t stage3_max_live_parameters = 1000000000;         // gathered elements alive at once
   int64_t stage3_max_reuse_distance = 1000000000;          // accepted, no effect
+  OffloadConfig offload_optimizer;
+  OffloadConfig offload_param = [] {
+    OffloadConfig c;
+    c.buffer_count = 5;
+    return c;
+  }();
   // overlap_comm as it applies: DeepSpeed's default is on for stage 3 only.
   bool overlap() const { return overlap_comm_set ? overlap_comm : stage == 3; }
 };
@@ -100,9 +127,10 @@ struct ModelParallelConfig {
 struct ActivationCheckpointingConfig {
   bool enabled = false;            // the section is in the config
   int64_t number_checkpoints = 0;  // segments of consecutive blocks; 0 (or null): every block
-  // Accepted with these values only (what this build does):
-  bool partition_activations = false;  // true: ConfigError (no saved-input partitioning yet)
-  bool cpu_checkpointing = false;      // true: ConfigError (inputs stay where they are)
+  // Under tensor parallelism: keep 1/tp of each segment's replicated input and
+  // all-gather it before the recompute (parallel/tensor/tp_checkpoint.h).
+  bool partition_activations = false;
+  bool cpu_checkpointing = false;  // accepted; the inputs are in host memory already
   bool contiguous_memory_optimization = false;  // accepted, no effect
   bool synchronize_checkpoint_boundary = false;  // accepted, no effect on CPU
   bool profile = false;                          // accepted, no effect
@@ -138,6 +166,7 @@ struct Config {
   ModelParallelConfig model_parallel;
   ActivationCheckpointingConfig activation_checkpointing;
   PrecisionConfig precision;
+  AioConfig aio;
   int64_t steps_per_print = 10;
   bool wall_clock_breakdown = false;
   // Collective and store timeout in seconds (0: TESSERA_TIMEOUT, default 300);

@@ -130,6 +130,10 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, Config config,
   }
 }
 
+Engine::Engine(Engine&&) noexcept = default;
+Engine& Engine::operator=(Engine&&) noexcept = default;
+Engine::~Engine() = default;
+
 Engine::Engine(std::shared_ptr<torch::nn::Module> module, Config config,
                std::shared_ptr<comm::ProcessGroup> group)
     : Engine(std::move(module), std::move(config), std::move(group), false) {
@@ -197,6 +201,9 @@ void Engine::shard_and_build(
   std::vector<ParamGroupSpec> specs = std::move(groups);
   zero_ = std::make_unique<zero::ZeroDataParallel>(module_, group_, config_.zero, std::move(specs));
   optimizer_ = build(zero_->optimizer_groups());
+  if (config_.zero.offload_optimizer.nvme()) {
+    offload_ = std::make_unique<offload::NvmeOffload>(config_, *zero_, *optimizer_, group_->rank());
+  }
   // Checkpoints and errors speak of the module's parameters, not the shards.
   trainable_ = NamedParams{};
   for (const auto& u : zero_->units()) {
@@ -375,7 +382,11 @@ bool Engine::step() {
     }
   }
   last_grad_norm_ = clip_gradients();
-  optimizer_->step();
+  if (offload_) {
+    offload_->step(*optimizer_);
+  } else {
+    optimizer_->step();
+  }
   if (zero_) {
     zero_->after_step();  // all-gathers the updated shards, zeroes the gradient shards
     if (config_.data_parallel.broadcast_buffers) broadcast_from_rank0(buffers_, *group_);
@@ -414,6 +425,11 @@ MemoryStats Engine::memory_stats() const {
     for (const auto& flat : ddp_->reducer().bucket_buffers()) m.grad_bytes += bytes(flat);
   }
   m.optimizer_bytes = optimizer_state_bytes(*optimizer_);
+  if (offload_) {
+    const offload::OffloadStats s = offload_->stats();
+    m.offload_buffer_bytes = s.buffer_bytes;
+    m.offload_file_bytes = s.file_bytes;
+  }
   m.peak_rss_bytes = peak_rss_bytes();
   return m;
 }

@@ -25,6 +25,11 @@
 // it spent waiting for gradient all-reduces) and the optimizer step, and rank 0
 // logs the per-step averages every steps_per_print steps.
 //
+// ZeRO-Infinity offload (zero_optimization.offload_optimizer / offload_param with
+// device nvme, docs/offload.md): the optimizer state, and under stage 3 the
+// parameter shards, live in files and are streamed through a few buffers;
+// offload/nvme_offload.h.
+//
 // Mixed precision (the config's "fp16"/"bf16" sections, docs/precision.md): the
 // module's float32 parameters are the master weights the optimizer steps, and
 // the model computes with 16-bit activations (models/low_precision.h; the
@@ -58,6 +63,7 @@
 #include "tessera/runtime/ddp/distributed_data_parallel.h"
 #include "tessera/runtime/lr_schedules.h"
 #include "tessera/runtime/named_params.h"
+#include "tessera/runtime/offload/nvme_offload.h"
 #include "tessera/runtime/optimizer_factory.h"
 #include "tessera/runtime/precision/loss_scaler.h"
 #include "tessera/runtime/zero/zero_data_parallel.h"
@@ -81,6 +87,10 @@ struct MemoryStats {
   int64_t grad_bytes = 0;       // gradients: DDP buckets, flat gradients or shards, live .grad
   int64_t optimizer_bytes = 0;  // optimizer state (moments, momentum buffers)
   int64_t buffer_bytes = 0;     // communication buffers in flight
+  // nvme offload (docs/offload.md): host memory of its I/O buffers, and the disk
+  // its swap files take (the offloaded state is in neither count above).
+  int64_t offload_buffer_bytes = 0;
+  int64_t offload_file_bytes = 0;
   int64_t peak_rss_bytes = 0;   // getrusage ru_maxrss of this process
   int64_t model_state_bytes() const { return param_bytes + grad_bytes + optimizer_bytes; }
 };
@@ -115,8 +125,9 @@ class Engine {
   Engine(std::shared_ptr<torch::nn::Module> module, Config config,
          std::shared_ptr<comm::ProcessGroup> group, OptimizerFactory factory,
          std::vector<torch::optim::OptimizerParamGroup> param_groups = {});
-  Engine(Engine&&) = default;
-  Engine& operator=(Engine&&) = default;
+  Engine(Engine&&) noexcept;
+  Engine& operator=(Engine&&) noexcept;
+  ~Engine();
 
   // Calls the wrapped module's forward (timed for wall_clock_breakdown). Needs an
   // engine built by initialize() from a module holder whose forward is not
@@ -194,6 +205,8 @@ class Engine {
   // What the group has sent so far (comm_stats.h); subtract two snapshots for a step.
   comm::CommStats comm_stats() const { return group_->comm_stats(); }
   torch::optim::Optimizer& optimizer() { return *optimizer_; }
+  // The nvme offload (zero_optimization.offload_optimizer.device nvme), or null.
+  const offload::NvmeOffload* offload() const { return offload_.get(); }
   // The optimizer's parameters with their module names, in optimizer order.
   const NamedParams& optimizer_parameters() const { return trainable_; }
   comm::ProcessGroup& group() { return *group_; }
@@ -226,6 +239,9 @@ class Engine {
   std::shared_ptr<comm::ProcessGroup> group_;
   std::shared_ptr<torch::nn::Module> module_;
   std::unique_ptr<ddp::DistributedDataParallel> ddp_;  // stage 0
+  // Declared before zero_ so that it outlives it: zero_'s stage-3 units read
+  // their shards through the offload while they are torn down.
+  std::unique_ptr<offload::NvmeOffload> offload_;
   std::unique_ptr<zero::ZeroDataParallel> zero_;      // stages 1-3
   std::vector<at::Tensor> buffers_;                   // module buffers (ZeRO syncs them)
   std::shared_ptr<torch::optim::Optimizer> optimizer_;

@@ -56,11 +56,16 @@ checkpoint::NamedTensors outside_units(torch::nn::Module& module, const NamedPar
 // This rank's pieces of its ZeRO shards: for every parameter piece in its range,
 // the parameter values and each optimizer state field, at the piece's flat
 // offset in the full parameter. Scalar fields (Adam's step) go with every piece.
-void add_zero_pieces(const zero::ZeroDataParallel& z, torch::optim::Optimizer& optimizer, int rank,
+// With nvme offload the shards' values and state are read from the swap files
+// through mappings (offload->shard_values / state_fields), not copied.
+void add_zero_pieces(const zero::ZeroDataParallel& z, torch::optim::Optimizer& optimizer,
+                     const offload::NvmeOffload* offload, int rank,
                      std::vector<checkpoint::TensorPiece>& out) {
-  for (const auto& u : z.units()) {
-    const at::Tensor shard = u->shard().detach();
-    const auto fields = optimizer_state(optimizer, NamedParams{{kShardName}, {u->shard()}}, "");
+  for (size_t ui = 0; ui < z.units().size(); ++ui) {
+    const auto& u = z.units()[ui];
+    const at::Tensor shard = offload ? offload->shard_values(ui) : u->shard().detach();
+    const auto fields = offload ? offload->state_fields(ui, kShardName)
+                                : optimizer_state(optimizer, NamedParams{{kShardName}, {u->shard()}}, "");
     for (const zero::Piece& p : u->partition().pieces_of_rank(rank)) {
       const std::string& name = u->names()[p.param];
       const std::vector<int64_t> full = u->params()[p.param].sizes().vec();
@@ -93,8 +98,11 @@ at::Tensor read_piece(const checkpoint::CheckpointTensors& all, const std::strin
   return all.read_flat(tensor, p.param_offset, p.numel);
 }
 
+// With nvme offload each unit's values and state go to staged swap files right
+// away (offload->stage), so only one unit's state is in memory at a time.
 StagedZeroState stage_zero_state(const zero::ZeroDataParallel& z, torch::nn::Module& module,
                                  const NamedParams& in_units, torch::optim::Optimizer& optimizer,
+                                 offload::NvmeOffload* offload,
                                  const checkpoint::CheckpointTensors& all, int rank) {
   StagedZeroState staged;
   for (const auto& [name, t] : outside_units(module, in_units)) {
@@ -102,7 +110,8 @@ StagedZeroState stage_zero_state(const zero::ZeroDataParallel& z, torch::nn::Mod
     staged.whole.emplace_back(name, all.read(kModelPrefix + name));
   }
   const std::vector<checkpoint::TensorInfo> saved = all.tensors();
-  for (const auto& u : z.units()) {
+  for (size_t ui = 0; ui < z.units().size(); ++ui) {
+    const auto& u = z.units()[ui];
     const int64_t s = u->partition().shard_numel();
     const auto options = u->shard().options().requires_grad(false);
     at::Tensor values = at::zeros({s}, options);
@@ -111,7 +120,7 @@ StagedZeroState stage_zero_state(const zero::ZeroDataParallel& z, torch::nn::Mod
       values.narrow(0, p.shard_offset, p.numel)
           .copy_(read_piece(all, kModelPrefix + u->names()[p.param], u->params()[p.param], p));
     }
-    staged.shards.push_back(values);
+    if (!offload) staged.shards.push_back(values);
     // Optimizer state: the fields the unit's first parameter has in the
     // checkpoint (none: no step was taken), assembled over this rank's range.
     const std::string base = kOptimPrefix + u->names()[0] + ".";
@@ -132,6 +141,10 @@ StagedZeroState stage_zero_state(const zero::ZeroDataParallel& z, torch::nn::Mod
       }
       fields.emplace_back(key, state);
     }
+    if (offload) {
+      offload->stage(ui, values, fields, kShardName);
+      continue;
+    }
     auto one = stage_optimizer_state(optimizer, NamedParams{{kShardName}, {u->shard()}}, fields, "");
     for (auto& k : one.keys) staged.optimizer.keys.push_back(std::move(k));
     for (auto& st : one.states) staged.optimizer.states.push_back(std::move(st));
@@ -150,7 +163,7 @@ std::string Engine::save_checkpoint(const std::string& dir, const json& client_s
         state.replicated.emplace_back(kModelPrefix + name, t);
       }
     }
-    add_zero_pieces(*zero_, *optimizer_, group_->rank(), state.pieces);
+    add_zero_pieces(*zero_, *optimizer_, offload_.get(), group_->rank(), state.pieces);
   } else if (group_->rank() == 0) {
     state.replicated = checkpoint::module_state(module(), kModelPrefix);
     auto opt = optimizer_state(*optimizer_, trainable_, kOptimPrefix);
@@ -212,7 +225,8 @@ json Engine::load_checkpoint(const std::string& dir) {
     const checkpoint::CheckpointTensors all(reader);
     const int rank = group_->rank();
     if (zero_) {
-      staged_zero = stage_zero_state(*zero_, module(), trainable_, *optimizer_, all, rank);
+      staged_zero = stage_zero_state(*zero_, module(), trainable_, *optimizer_, offload_.get(),
+                                     all, rank);
     } else {
       replicated = all.read_all();
       checkpoint::check_module_state(module(), replicated, kModelPrefix);
@@ -229,7 +243,12 @@ json Engine::load_checkpoint(const std::string& dir) {
   } catch (const c10::Error& e) {
     error = e.what_without_backtrace();
   }
-  raise_if_any_failed(*coordinator, error, chosen);
+  try {
+    raise_if_any_failed(*coordinator, error, chosen);
+  } catch (...) {
+    if (offload_) offload_->discard_staged();
+    throw;
+  }
   // Phase 2: copy in place; only the checks above could fail.
   if (zero_) {
     at::NoGradGuard no_grad;
@@ -237,10 +256,14 @@ json Engine::load_checkpoint(const std::string& dir) {
     for (size_t i = 0; i < outside.size(); ++i) {
       outside[i].second.copy_(staged_zero.whole[i].second);
     }
-    for (size_t u = 0; u < zero_->units().size(); ++u) {
-      zero_->units()[u]->shard().detach().copy_(staged_zero.shards[u]);
+    if (offload_) {
+      offload_->commit_staged();
+    } else {
+      for (size_t u = 0; u < zero_->units().size(); ++u) {
+        zero_->units()[u]->shard().detach().copy_(staged_zero.shards[u]);
+      }
+      install_optimizer_state(*optimizer_, std::move(staged_zero.optimizer));
     }
-    install_optimizer_state(*optimizer_, std::move(staged_zero.optimizer));
     zero_->after_shards_loaded();
   } else {
     checkpoint::load_module_state(module(), replicated, kModelPrefix);

@@ -236,6 +236,113 @@ void install_optimizer_state(torch::optim::Optimizer& optimizer, StagedOptimizer
   }
 }
 
+namespace {
+
+template <typename Options>
+bool amsgrad_of(const torch::optim::OptimizerOptions& group) {
+  const auto* o = dynamic_cast<const Options*>(&group);
+  return o != nullptr && o->amsgrad();
+}
+
+template <typename State>
+std::unique_ptr<State> adam_like_state(int64_t step, const std::vector<at::Tensor>& fields) {
+  auto s = std::make_unique<State>();
+  s->step(step);
+  s->exp_avg(fields.at(0));
+  s->exp_avg_sq(fields.at(1));
+  if (fields.size() > 2) s->max_exp_avg_sq(fields[2]);
+  return s;
+}
+
+template <typename State>
+void adam_like_fields(const State& s, bool amsgrad, int64_t* step, std::vector<at::Tensor>* fields) {
+  *step = s.step();
+  *fields = {s.exp_avg(), s.exp_avg_sq()};
+  if (amsgrad) fields->push_back(s.max_exp_avg_sq());
+}
+
+}  // namespace
+
+std::vector<std::string> param_state_fields(const torch::optim::Optimizer& optimizer,
+                                            const torch::optim::OptimizerOptions& group) {
+  switch (kind_of(optimizer)) {
+    case Kind::kAdam:
+    case Kind::kAdamW: {
+      const bool amsgrad = kind_of(optimizer) == Kind::kAdam
+                               ? amsgrad_of<torch::optim::AdamOptions>(group)
+                               : amsgrad_of<torch::optim::AdamWOptions>(group);
+      std::vector<std::string> f = {"exp_avg", "exp_avg_sq"};
+      if (amsgrad) f.emplace_back("max_exp_avg_sq");
+      return f;
+    }
+    case Kind::kSgd: {
+      const auto* o = dynamic_cast<const torch::optim::SGDOptions*>(&group);
+      if (o != nullptr && o->momentum() != 0) return {"momentum_buffer"};
+      return {};
+    }
+    case Kind::kArchive:
+      break;
+  }
+  TS_THROW(ConfigError, "offloading the optimizer state to disk supports Adam, AdamW and SGD, "
+           "not ", optimizer_type_name(optimizer), "; use one of them or keep the optimizer in "
+           "memory (offload_optimizer.device none)");
+}
+
+void put_param_state(torch::optim::Optimizer& optimizer, const at::Tensor& param, int64_t step,
+                     const std::vector<at::Tensor>& fields) {
+  std::unique_ptr<torch::optim::OptimizerParamState> state;
+  switch (kind_of(optimizer)) {
+    case Kind::kAdam:
+      state = adam_like_state<torch::optim::AdamParamState>(step, fields);
+      break;
+    case Kind::kAdamW:
+      state = adam_like_state<torch::optim::AdamWParamState>(step, fields);
+      break;
+    case Kind::kSgd: {
+      auto sgd = std::make_unique<torch::optim::SGDParamState>();
+      if (!fields.empty()) sgd->momentum_buffer(fields[0]);
+      state = std::move(sgd);
+      break;
+    }
+    case Kind::kArchive:
+      TS_INTERNAL_ASSERT(false, "put_param_state on an optimizer without known fields");
+  }
+  optimizer.state()[state_key(param)] = std::move(state);
+}
+
+bool take_param_state(torch::optim::Optimizer& optimizer, const at::Tensor& param,
+                      int64_t* step, std::vector<at::Tensor>* fields) {
+  auto& all = optimizer.state();
+  auto it = all.find(state_key(param));
+  if (it == all.end()) return false;
+  const auto* state = it->second.get();
+  switch (kind_of(optimizer)) {
+    case Kind::kAdam: {
+      const auto& s = static_cast<const torch::optim::AdamParamState&>(*state);
+      adam_like_fields(s, s.max_exp_avg_sq().defined() && s.max_exp_avg_sq().numel() > 0, step,
+                       fields);
+      break;
+    }
+    case Kind::kAdamW: {
+      const auto& s = static_cast<const torch::optim::AdamWParamState&>(*state);
+      adam_like_fields(s, s.max_exp_avg_sq().defined() && s.max_exp_avg_sq().numel() > 0, step,
+                       fields);
+      break;
+    }
+    case Kind::kSgd: {
+      const auto& s = static_cast<const torch::optim::SGDParamState&>(*state);
+      *step = 0;
+      fields->clear();
+      if (s.momentum_buffer().defined()) fields->push_back(s.momentum_buffer());
+      break;
+    }
+    case Kind::kArchive:
+      TS_INTERNAL_ASSERT(false, "take_param_state on an optimizer without known fields");
+  }
+  all.erase(it);
+  return true;
+}
+
 void load_optimizer_state(torch::optim::Optimizer& optimizer, const NamedParams& params,
                           const NamedTensors& tensors, const std::string& prefix) {
   install_optimizer_state(optimizer, stage_optimizer_state(optimizer, params, tensors, prefix));

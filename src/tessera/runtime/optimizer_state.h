@@ -66,6 +66,23 @@ StagedOptimizerState stage_optimizer_state(torch::optim::Optimizer& optimizer,
 // throws CheckpointError if the archive does not fit its parameter groups.
 void install_optimizer_state(torch::optim::Optimizer& optimizer, StagedOptimizerState staged);
 
+// --- One parameter's state as plain fields --------------------------------------
+// For state kept outside the optimizer between steps (nvme offload streams it
+// through the optimizer one piece of a shard at a time, runtime/offload):
+//   Adam, AdamW: exp_avg, exp_avg_sq and, with amsgrad, max_exp_avg_sq; a step count
+//   SGD:         momentum_buffer when the group's momentum is not 0; no step count
+// Any other optimizer: ConfigError naming its type.
+std::vector<std::string> param_state_fields(const torch::optim::Optimizer& optimizer,
+                                            const torch::optim::OptimizerOptions& group);
+// Gives `param` this state; the tensors are used as they are (not copied), so the
+// optimizer's next step updates them in place.
+void put_param_state(torch::optim::Optimizer& optimizer, const at::Tensor& param, int64_t step,
+                     const std::vector<at::Tensor>& fields);
+// Removes `param`'s state from the optimizer and returns it (fields in
+// param_state_fields order); false when it has none.
+bool take_param_state(torch::optim::Optimizer& optimizer, const at::Tensor& param,
+                      int64_t* step, std::vector<at::Tensor>* fields);
+
 // stage + install: on error a named optimizer keeps its state.
 void load_optimizer_state(torch::optim::Optimizer& optimizer, const NamedParams& params,
                           const checkpoint::NamedTensors& tensors,

@@ -73,6 +73,9 @@ int ModelParallelEngine::check_layout(const models::GPTConfig& model, Config& co
   TS_CHECK_T(ConfigError, config.zero.stage <= 1, "zero_optimization.stage ", config.zero.stage,
              " is not supported together with tensor or pipeline parallelism yet; use stage 1 "
              "(optimizer state sharded over the data-parallel group) or 0");
+  TS_CHECK_T(ConfigError, !config.zero.offload_optimizer.nvme() && !config.zero.offload_param.nvme(),
+             "zero_optimization offload to nvme is not supported together with tensor or "
+             "pipeline parallelism yet; set the offload device to none (or cpu)");
   config.resolve_batch(dp);
   // Builds the schedule once, so a micro-batch count it cannot run fails here.
   parallel::make_pipeline_schedule(mp.pipeline_schedule, pp,
@@ -93,7 +96,8 @@ ModelParallelEngine::ModelParallelEngine(const models::GPTConfig& model, Config 
   stage_ = std::make_unique<parallel::GptPipelineStage>(
       model_, mesh_,
       parallel::GptStageOptions{v, mp.sequence_parallel, config_.seed,
-                                mp.pipeline_partition_method == "parameters"});
+                                mp.pipeline_partition_method == "parameters",
+                                config_.activation_checkpointing.partition_activations});
   executor_ = std::make_unique<parallel::PipelineExecutor>(
       mesh_.pp(),
       parallel::make_pipeline_schedule(mp.pipeline_schedule, mesh_.topology().pp(),

@@ -63,7 +63,8 @@ FlatUnit::FlatUnit(std::vector<std::string> names, std::vector<at::Tensor> param
     flat_grads_ = at::zeros({partition_.padded_numel()}, options);
     grad_shard_ = alias(flat_grads_, begin, {s});
   } else {
-    grad_shard_ = at::zeros({s}, options);
+    grad_shard_ = at::empty({s}, options);
+    grad_zero_pending_ = true;
   }
   shard_.mutable_grad() = grad_shard_;
   bind_params_to_flat();
@@ -134,8 +135,9 @@ void FlatUnit::finish_reduce() {
   const int64_t s = partition_.shard_numel();
   const at::Tensor mine =
       reduce_all_ ? reduce_input_.narrow(0, partition_.range_begin(rank_), s) : reduce_output_;
-  if (stage_ == 1) {
+  if (stage_ == 1 || grad_zero_pending_) {
     grad_shard_.copy_(mine);  // the unit's averaged gradient, in its own range
+    grad_zero_pending_ = false;
   } else {
     grad_shard_.add_(mine);  // accumulation across micro-steps
   }
@@ -149,10 +151,19 @@ void FlatUnit::zero_grad() {
     flat_grads_.zero_();
     bind_gradients();
   } else {
-    grad_shard_.zero_();
+    grad_zero_pending_ = true;  // the next reduction overwrites instead of adding
     for (auto& p : params_) p.mutable_grad() = at::Tensor();
   }
   shard_.mutable_grad() = grad_shard_;
+}
+
+const at::Tensor& FlatUnit::grad_shard() const {
+  if (grad_zero_pending_) {
+    at::NoGradGuard no_grad;
+    const_cast<at::Tensor&>(grad_shard_).zero_();
+    grad_zero_pending_ = false;
+  }
+  return grad_shard_;
 }
 
 void FlatUnit::launch_gather(comm::ProcessGroup& group) {
@@ -162,7 +173,7 @@ void FlatUnit::launch_gather(comm::ProcessGroup& group) {
     at::native::resize_bytes_cpu(flat_params_.storage().unsafeGetStorageImpl(),
                                  partition_.padded_numel() * flat_params_.element_size());
     gathered_ = true;
-    gather_input_ = shard_.detach();
+    gather_input_ = store_ ? store_->acquire(store_index_) : shard_.detach();
   } else {
     // A copy: the shard is a view into the output, and MPI forbids aliasing.
     gather_input_ = shard_.detach().clone();
@@ -178,12 +189,20 @@ void FlatUnit::finish_gather() {
   gather_work_ = nullptr;
   work->wait();
   gather_input_ = at::Tensor();
+  if (store_) store_->release(store_index_);
 }
 
 void FlatUnit::release() {
   TS_INTERNAL_ASSERT(stage_ == 3 && !gather_work_);
   at::native::resize_bytes_cpu(flat_params_.storage().unsafeGetStorageImpl(), 0);
   gathered_ = false;
+}
+
+void FlatUnit::bind_shard_store(ShardStore* store, size_t index) {
+  TS_INTERNAL_ASSERT(stage_ == 3 && !gather_work_ && store != nullptr);
+  store_ = store;
+  store_index_ = index;
+  at::native::resize_bytes_cpu(shard_.storage().unsafeGetStorageImpl(), 0);
 }
 
 int64_t FlatUnit::param_bytes() const {

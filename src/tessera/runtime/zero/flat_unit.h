@@ -29,6 +29,7 @@
 
 #include "tessera/comm/process_group.h"
 #include "tessera/runtime/zero/partition.h"
+#include "tessera/runtime/zero/shard_store.h"
 
 namespace tessera::runtime::zero {
 
@@ -49,7 +50,12 @@ class FlatUnit {
   const std::vector<at::Tensor>& params() const { return params_; }
   // The optimizer's view of this unit: S elements, .grad = the gradient shard.
   const at::Tensor& shard() const { return shard_; }
-  const at::Tensor& grad_shard() const { return grad_shard_; }
+  // The gradient shard. Stages 2 and 3 defer zeroing it (zero_grad() and the
+  // constructor only mark it; the first reduction copies instead of adding), so
+  // its pages are not touched before the first backward (a model larger than
+  // memory can move its parameter shards to disk first); this accessor zeroes
+  // it if nothing was reduced into it since.
+  const at::Tensor& grad_shard() const;
 
   // --- gradients -----------------------------------------------------------
   // Starts the reduction of this unit's gradients (averaged over the group) into
@@ -77,6 +83,11 @@ class FlatUnit {
   bool gather_in_flight() const { return gather_work_ != nullptr; }
   // Stage 3: frees the flat parameters (the bytes are returned).
   void release();
+  // Stage 3: from now on the shard's values live in `store` as unit `index`; the
+  // shard tensor keeps its identity (the optimizer holds it) but no memory. The
+  // caller has already written the current values into the store.
+  void bind_shard_store(ShardStore* store, size_t index);
+  bool shard_in_store() const { return store_ != nullptr; }
 
   // Bytes now held by each kind of storage of this unit (what memory_stats adds).
   int64_t param_bytes() const;     // flat parameters (if allocated) + stage-3 shard
@@ -96,6 +107,7 @@ class FlatUnit {
   at::Tensor flat_grads_;   // stage 1: P elements
   at::Tensor shard_;        // S elements, the optimizer's parameter
   at::Tensor grad_shard_;   // S elements
+  mutable bool grad_zero_pending_ = false;  // stages 2, 3: grad_shard_ means zeros
   bool gathered_ = true;
   // In flight.
   comm::WorkHandle reduce_work_;
@@ -104,6 +116,8 @@ class FlatUnit {
   bool reduce_all_ = false;
   comm::WorkHandle gather_work_;
   at::Tensor gather_input_;
+  ShardStore* store_ = nullptr;  // stage 3 with offloaded shards
+  size_t store_index_ = 0;
 };
 
 }  // namespace tessera::runtime::zero

@@ -398,6 +398,26 @@ void ZeroDataParallel::prefetch(size_t m) {
   gather_module(m, /*wait=*/false);
 }
 
+void ZeroDataParallel::set_shard_store(ShardStore* store) {
+  store_ = store;
+  for (size_t u = 0; u < units_.size(); ++u) {
+    if (units_[u]->stage() == 3) units_[u]->bind_shard_store(store, u);
+  }
+}
+
+void ZeroDataParallel::read_ahead(size_t pos, int direction) {
+  if (!store_) return;
+  // The next module is being gathered already (prefetch); read the two after it.
+  constexpr int kDepth = 2;
+  for (int k = 2; k <= 1 + kDepth; ++k) {
+    const int64_t q = static_cast<int64_t>(pos) + direction * k;
+    if (q < 0 || q >= static_cast<int64_t>(forward_order_.size())) return;
+    for (size_t f : modules_[forward_order_[static_cast<size_t>(q)]].flat_units) {
+      store_->prefetch(f);
+    }
+  }
+}
+
 void ZeroDataParallel::before_forward(size_t m) {
   if (pinned_) return;
   if (!forward_order_known_ && at::GradMode::is_enabled()) forward_seen_.push_back(m);
@@ -405,6 +425,7 @@ void ZeroDataParallel::before_forward(size_t m) {
   if (!forward_order_known_) return;
   auto it = std::find(forward_order_.begin(), forward_order_.end(), m);
   if (it != forward_order_.end() && it + 1 != forward_order_.end()) prefetch(*(it + 1));
+  if (it != forward_order_.end()) read_ahead(static_cast<size_t>(it - forward_order_.begin()), 1);
 }
 
 void ZeroDataParallel::after_forward(size_t m) { release_module(m); }
@@ -415,6 +436,7 @@ void ZeroDataParallel::before_backward(size_t m) {
   if (!forward_order_known_) return;
   auto it = std::find(forward_order_.begin(), forward_order_.end(), m);
   if (it != forward_order_.end() && it != forward_order_.begin()) prefetch(*(it - 1));
+  if (it != forward_order_.end()) read_ahead(static_cast<size_t>(it - forward_order_.begin()), -1);
 }
 
 // --- memory --------------------------------------------------------------------

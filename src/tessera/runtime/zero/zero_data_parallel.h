@@ -85,6 +85,12 @@ class ZeroDataParallel : public UnitController {
   // so the module's parameters show the loaded values.
   void after_shards_loaded();
 
+  // Stage 3: the shards of the module units live in `store` from now on (the
+  // caller wrote their values there first); each unit's gather reads its shard
+  // from the store, and the units after the next one in forward (or backward)
+  // order are read ahead. Unit indices are those of units().
+  void set_shard_store(ShardStore* store);
+
   // Every unit (stage-3 module units first, then the whole ones).
   const std::vector<std::unique_ptr<FlatUnit>>& units() const { return units_; }
   // Parameters that no unit holds (frozen ones): kept whole, as in DDP.
@@ -119,6 +125,9 @@ class ZeroDataParallel : public UnitController {
   void gather_module(size_t m, bool wait);
   void release_module(size_t m);
   void prefetch(size_t m);
+  // Asks the shard store to start reading the modules `ahead` positions past
+  // forward_order_[pos] in `direction` (+1 forward, -1 backward).
+  void read_ahead(size_t pos, int direction);
   int64_t live_gathered_numel() const;
 
   std::shared_ptr<torch::nn::Module> module_;
@@ -145,6 +154,7 @@ class ZeroDataParallel : public UnitController {
   std::vector<size_t> forward_order_;
   bool forward_order_known_ = false;
   bool pinned_ = false;  // gather_all() holds every unit whole
+  ShardStore* store_ = nullptr;
   std::vector<size_t> forward_seen_;
 };
 
