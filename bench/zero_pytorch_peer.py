@@ -4,7 +4,6 @@ torch.distributed.optim.ZeroRedundancyOptimizer ("zero1", PyTorch's ZeRO stage 1
 One thread per rank, fixed random tokens. Prints from rank 0:
   median_step_ms <x> peak_rss_mb <max over ranks>
 Usage: zero_pytorch_peer.py MODE WORLD STEPS PORT LAYERS EMBD BATCH [SEQ]"""
-import math
 import os
 import resource
 import sys
@@ -14,8 +13,10 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn as nn
-import torch.nn.functional as F
 from torch.distributed.optim import ZeroRedundancyOptimizer
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_gpt import GPT  # noqa: E402
 
 MODE, WORLD, STEPS, PORT = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 N_LAYER, N_EMBD, BATCH = int(sys.argv[5]), int(sys.argv[6]), int(sys.argv[7])
@@ -24,46 +25,11 @@ N_HEAD = N_EMBD // 64 if N_EMBD % 64 == 0 else 4
 VOCAB = 256
 
 
-class Block(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.ln_1, self.ln_2 = nn.LayerNorm(N_EMBD), nn.LayerNorm(N_EMBD)
-        self.c_attn, self.attn_proj = nn.Linear(N_EMBD, 3 * N_EMBD), nn.Linear(N_EMBD, N_EMBD)
-        self.c_fc, self.c_proj = nn.Linear(N_EMBD, 4 * N_EMBD), nn.Linear(4 * N_EMBD, N_EMBD)
-
-    def attn(self, x):
-        b, t, c = x.shape
-        q, k, v = self.c_attn(x).split(c, dim=2)
-        q, k, v = (z.view(b, t, N_HEAD, c // N_HEAD).transpose(1, 2) for z in (q, k, v))
-        att = q @ k.transpose(-2, -1) / math.sqrt(c // N_HEAD)
-        att = att.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), float("-inf"))
-        return self.attn_proj((att.softmax(-1) @ v).transpose(1, 2).reshape(b, t, c))
-
-    def forward(self, x):
-        x = x + self.attn(self.ln_1(x))
-        return x + self.c_proj(F.gelu(self.c_fc(self.ln_2(x))))
-
-
-class GPT(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.wte, self.wpe = nn.Embedding(VOCAB, N_EMBD), nn.Embedding(BLOCK, N_EMBD)
-        self.h = nn.ModuleList(Block() for _ in range(N_LAYER))
-        self.ln_f = nn.LayerNorm(N_EMBD)
-
-    def forward(self, idx, targets):
-        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1]))
-        for blk in self.h:
-            x = blk(x)
-        logits = self.ln_f(x) @ self.wte.weight.t()
-        return F.cross_entropy(logits.reshape(-1, VOCAB), targets.reshape(-1))
-
-
 def worker(rank):
     torch.set_num_threads(1)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(PORT))
     dist.init_process_group("gloo", rank=rank, world_size=WORLD)
-    model = nn.parallel.DistributedDataParallel(GPT())
+    model = nn.parallel.DistributedDataParallel(GPT(N_LAYER, N_HEAD, N_EMBD, BLOCK, VOCAB))
     if MODE == "zero1":
         opt = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.AdamW, lr=1e-4)
     else:

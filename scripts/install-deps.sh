@@ -15,6 +15,8 @@ PACKAGES=(
   libbenchmark-dev
   python3-torch                # peer for side-by-side benchmarks (PyTorch DDP)
   liburing-dev                 # io_uring: direct, asynchronous I/O of the nvme offload
+  zlib1g-dev                   # reads the gzip'd digits data
+  python3-sklearn              # ships the 8x8 handwritten digits (tessera train --task digits)
   iproute2 procps psmisc       # network-namespace test hosts, process inspection
   clang-14 libclang-rt-14-dev  # libFuzzer + sanitizers for the parser fuzz targets (tests/fuzz)
 )

@@ -122,7 +122,7 @@ TEST(Config, BadChoicesAndUnsupportedSections) {
   EXPECT_ERROR_HAS(R"({"train_batch_size": 8, "scheduler": {"type": "WarmupCosineLR"}})",
                    "total_num_steps' is required");
   EXPECT_ERROR_HAS(R"({"train_batch_size": 8, "data_parallel": {"comm_hook": "int8"}})",
-                   "use none, fp16 or bf16");
+                   "use none, fp16, bf16 or powersgd");
   EXPECT_ERROR_HAS(R"({"train_batch_size": 8, "fp16": {"enabled": true}, "bf16": {"enabled": true}})",
                    "enables both 'fp16' and 'bf16'");
   EXPECT_ERROR_HAS(R"({"train_batch_size": 8, "zero_optimization": {"stage": 4}})",

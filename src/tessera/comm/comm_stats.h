@@ -14,6 +14,10 @@
 // so the count does not depend on the transport (shm copies, gloo's ring) and two
 // strategies (DDP, ZeRO) compare by what they ask the network to carry.
 //
+// An op is counted when it is queued, in the caller's thread: a window measured
+// around a training step holds every op the step issued, including one still
+// travelling when the step returns (delayed averaging's).
+//
 // A plain value; ProcessGroup::comm_stats() returns a snapshot.
 #pragma once
 

@@ -92,14 +92,13 @@ CommStats ProcessGroup::comm_stats() const { return impl_->comm_stats(); }
 WorkHandle ProcessGroup::all_reduce(at::Tensor tensor, ReduceOp op) {
   check_dense(*impl_->backend_, tensor, "all_reduce", "tensor");
   Backend* backend = impl_->backend_.get();
-  ProcessGroupImpl* impl = impl_.get();
   int size = impl_->size_;
   std::string sig = c10::str("all_reduce(", describe_tensor(tensor), ", ", to_string(op), ")");
+  impl_->count(OpType::kAllReduce, tensor.nbytes());
   return impl_->enqueue_collective(OpType::kAllReduce, sig, [=] {
     at::Tensor data = flat(tensor);
     at::ScalarType dtype = data.scalar_type();
     bool divide = op == ReduceOp::kAvg && !backend->supports_avg();
-    impl->count(OpType::kAllReduce, data.nbytes());
     if (is_half(dtype) && !backend->reduces_natively(dtype) && size > 1) {
       half_all_reduce(*backend, data, divide ? ReduceOp::kSum : op, divide ? size : 1.0,
                       shard_sizes(data.numel(), size));
@@ -116,11 +115,10 @@ WorkHandle ProcessGroup::broadcast(at::Tensor tensor, int root) {
   TS_CHECK_T(ConfigError, root >= 0 && root < size(), "broadcast: root ", root,
              " is not a rank of ", impl_->describe());
   Backend* backend = impl_->backend_.get();
-  ProcessGroupImpl* impl = impl_.get();
   std::string sig = c10::str("broadcast(", describe_tensor(tensor), ", root=", root, ")");
+  impl_->count(OpType::kBroadcast, tensor.nbytes());
   return impl_->enqueue_collective(OpType::kBroadcast, sig, [=] {
     at::Tensor data = flat(tensor);
-    impl->count(OpType::kBroadcast, data.nbytes());
     backend->broadcast(data, root);
     write_back(tensor, data);
   });
@@ -137,13 +135,12 @@ WorkHandle ProcessGroup::all_gather(std::vector<at::Tensor> outputs, at::Tensor 
                " elements but the input has ", input.numel());
   }
   Backend* backend = impl_->backend_.get();
-  ProcessGroupImpl* impl = impl_.get();
   int size = impl_->size_;
   std::string sig = c10::str("all_gather(", describe_tensor(input), ")");
+  impl_->count(OpType::kAllGather, input.nbytes() * static_cast<uint64_t>(size));
   return impl_->enqueue_collective(OpType::kAllGather, sig, [=] {
     int64_t n = input.numel();
     at::Tensor gathered = at::empty({n * size}, input.options());
-    impl->count(OpType::kAllGather, gathered.nbytes());
     backend->all_gather(flat(input), gathered, std::vector<int64_t>(size, n));
     for (int r = 0; r < size; ++r) outputs[r].copy_(gathered.narrow(0, r * n, n).view(outputs[r].sizes()));
   });
@@ -158,12 +155,11 @@ WorkHandle ProcessGroup::all_gather_into(at::Tensor output, at::Tensor input) {
              " must contribute ", counts[rank()], " elements of the ", output.numel(),
              "-element output, got ", input.numel());
   Backend* backend = impl_->backend_.get();
-  ProcessGroupImpl* impl = impl_.get();
   std::string sig = c10::str("all_gather_into(", c10::toString(output.scalar_type()), "[",
                              output.numel(), "])");
+  impl_->count(OpType::kAllGather, output.nbytes());
   return impl_->enqueue_collective(OpType::kAllGather, sig, [=] {
     at::Tensor out = flat(output);
-    impl->count(OpType::kAllGather, out.nbytes());
     backend->all_gather(flat(input), out, counts);
     write_back(output, out);
   });
@@ -178,16 +174,15 @@ WorkHandle ProcessGroup::reduce_scatter(at::Tensor output, at::Tensor input, Red
              " receives ", counts[rank()], " elements of the ", input.numel(),
              "-element input, but the output has ", output.numel());
   Backend* backend = impl_->backend_.get();
-  ProcessGroupImpl* impl = impl_.get();
   int size = impl_->size_;
   std::string sig = c10::str("reduce_scatter(", c10::toString(input.scalar_type()), "[",
                              input.numel(), "], ", to_string(op), ")");
+  impl_->count(OpType::kReduceScatter, input.nbytes());
   return impl_->enqueue_collective(OpType::kReduceScatter, sig, [=] {
     at::Tensor in = flat(input);
     at::Tensor out = flat(output);
     at::ScalarType dtype = in.scalar_type();
     bool divide = op == ReduceOp::kAvg && !backend->supports_avg();
-    impl->count(OpType::kReduceScatter, in.nbytes());
     if (is_half(dtype) && !backend->reduces_natively(dtype) && size > 1) {
       half_reduce_scatter(*backend, in, out, counts, divide ? ReduceOp::kSum : op,
                           divide ? size : 1.0);
@@ -227,12 +222,10 @@ WorkHandle ProcessGroup::all_to_all(at::Tensor output, at::Tensor input,
              "all_to_all: split sizes add up to ", in_total, " / ", out_total,
              " but the input / output have ", input.numel(), " / ", output.numel(), " elements");
   Backend* backend = impl_->backend_.get();
-  ProcessGroupImpl* impl = impl_.get();
   std::string sig = c10::str("all_to_all(", c10::toString(input.scalar_type()), ")");
+  impl_->count(OpType::kAllToAll, (in_total - input_splits[rank()]) * input.element_size());
   return impl_->enqueue_collective(OpType::kAllToAll, sig, [=] {
     at::Tensor out = flat(output);
-    const int64_t to_others = in_total - input_splits[impl->rank_];
-    impl->count(OpType::kAllToAll, to_others * input.element_size());
     backend->all_to_all(flat(input), out, input_splits, output_splits);
     write_back(output, out);
   });
@@ -243,9 +236,8 @@ WorkHandle ProcessGroup::send(at::Tensor tensor, int dst, int tag) {
   TS_CHECK_T(ConfigError, dst >= 0 && dst < size() && dst != rank(), "send: destination ", dst,
              " must be another rank of ", impl_->describe());
   Backend* backend = impl_->backend_.get();
-  ProcessGroupImpl* impl = impl_.get();
+  impl_->count(OpType::kSend, tensor.nbytes());
   return impl_->enqueue_p2p(OpType::kSend, dst, [=] {
-    impl->count(OpType::kSend, tensor.nbytes());
     backend->send(flat(tensor), dst, tag);
   });
 }
@@ -255,9 +247,8 @@ WorkHandle ProcessGroup::recv(at::Tensor tensor, int src, int tag) {
   TS_CHECK_T(ConfigError, src >= 0 && src < size() && src != rank(), "recv: source ", src,
              " must be another rank of ", impl_->describe());
   Backend* backend = impl_->backend_.get();
-  ProcessGroupImpl* impl = impl_.get();
+  impl_->count(OpType::kRecv, tensor.nbytes());
   return impl_->enqueue_p2p(OpType::kRecv, src, [=] {
-    impl->count(OpType::kRecv, tensor.nbytes());
     at::Tensor data = flat(tensor);
     backend->recv(data, src, tag);
     write_back(tensor, data);
@@ -266,9 +257,8 @@ WorkHandle ProcessGroup::recv(at::Tensor tensor, int src, int tag) {
 
 WorkHandle ProcessGroup::barrier() {
   Backend* backend = impl_->backend_.get();
-  ProcessGroupImpl* impl = impl_.get();
+  impl_->count(OpType::kBarrier, 0);
   return impl_->enqueue_collective(OpType::kBarrier, "barrier()", [=] {
-    impl->count(OpType::kBarrier, 0);
     backend->barrier();
   });
 }

@@ -20,7 +20,7 @@ const std::vector<std::string> kTopKeys = {
     "seed", "comm_timeout", "data_parallel", "fp16", "bf16", "zero_optimization", "model",
     "data", "train", "tensor_model_parallel_size", "pipeline_model_parallel_size",
     "virtual_pipeline_model_parallel_size", "sequence_parallel", "pipeline_schedule",
-    "pipeline_partition_method", "activation_checkpointing", "communication_data_type", "aio"};
+    "pipeline_partition_method", "activation_checkpointing", "communication_data_type", "aio", "local_sgd"};
 const std::vector<std::string> kOptimizerKeys = {"type", "params"};
 const std::vector<std::string> kOptimizerParams = {
     "lr", "betas", "eps", "weight_decay", "amsgrad", "momentum", "dampening", "nesterov",
@@ -30,7 +30,11 @@ const std::vector<std::string> kSchedulerParams = {
     "warmup_min_lr", "warmup_max_lr", "warmup_num_steps", "warmup_type", "total_num_steps",
     "warmup_min_ratio", "cos_min_ratio", "last_batch_iteration"};
 const std::vector<std::string> kDataParallelKeys = {"bucket_cap_mb", "find_unused_parameters",
-                                                    "broadcast_buffers", "comm_hook"};
+                                                    "broadcast_buffers", "comm_hook", "powersgd",
+                                                    "staleness", "staleness_warmup_steps"};
+const std::vector<std::string> kPowerSgdKeys = {
+    "matrix_approximation_rank", "start_powersgd_iter", "min_compression_rate",
+    "use_error_feedback", "warm_start", "orthogonalization_epsilon", "random_seed"};
 
 size_t edit_distance(const std::string& a, const std::string& b) {
   std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
@@ -122,6 +126,53 @@ const std::vector<std::string> kOffloadKeys = {"device", "nvme_path", "buffer_co
                                                "buffer_size", "pin_memory", "ratio",
                                                "max_in_cpu", "pipeline_read", "pipeline_write",
                                                "fast_init"};
+
+void parse_powersgd(const json& p, PowerSgdConfig& c) {
+  const std::string w = "data_parallel.powersgd";
+  check_known_keys(p, kPowerSgdKeys, w);
+  c.matrix_approximation_rank = read_positive_int(p, "matrix_approximation_rank", w, c.matrix_approximation_rank);
+  c.start_powersgd_iter = read_int(p, "start_powersgd_iter", w, c.start_powersgd_iter);
+  TS_CHECK_T(ConfigError, c.start_powersgd_iter >= 0, "config '", w, ".start_powersgd_iter' must "
+             "be >= 0, got ", c.start_powersgd_iter);
+  c.min_compression_rate = read_number(p, "min_compression_rate", w, c.min_compression_rate);
+  TS_CHECK_T(ConfigError, c.min_compression_rate >= 0, "config '", w, ".min_compression_rate' "
+             "must be >= 0, got ", c.min_compression_rate);
+  c.use_error_feedback = read_bool(p, "use_error_feedback", w, c.use_error_feedback);
+  c.warm_start = read_bool(p, "warm_start", w, c.warm_start);
+  c.orthogonalization_epsilon = read_number(p, "orthogonalization_epsilon", w, c.orthogonalization_epsilon);
+  c.random_seed = static_cast<uint64_t>(read_int(p, "random_seed", w, 0));
+}
+
+void parse_local_sgd(const json& l, LocalSgdConfig& c) {
+  check_known_keys(l, {"sync_every", "warmup_steps"}, "local_sgd");
+  c.enabled = true;
+  c.sync_every = read_positive_int(l, "sync_every", "local_sgd", c.sync_every);
+  c.warmup_steps = read_int(l, "warmup_steps", "local_sgd", c.warmup_steps);
+  TS_CHECK_T(ConfigError, c.warmup_steps >= 0, "config 'local_sgd.warmup_steps' must be >= 0, got ",
+             c.warmup_steps);
+}
+
+// PowerSGD, delayed averaging and local SGD change how DDP's gradients travel:
+// plain data parallelism only, and one of the last two at a time.
+void check_training_modes(const Config& c) {
+  const auto& dp = c.data_parallel;
+  const char* mode = c.local_sgd.enabled ? "local_sgd"
+                     : dp.staleness == 1 ? "data_parallel.staleness"
+                     : dp.comm_hook == "powersgd" ? "data_parallel.comm_hook powersgd"
+                                                  : nullptr;
+  if (mode == nullptr) return;
+  TS_CHECK_T(ConfigError, c.zero.stage == 0, "config '", mode, "' works with plain data "
+             "parallelism (DistributedDataParallel), not with zero_optimization.stage ",
+             c.zero.stage, "; set the stage to 0 or remove it");
+  TS_CHECK_T(ConfigError, !c.model_parallel.enabled(), "config '", mode, "' works with plain data "
+             "parallelism, not with tensor or pipeline parallelism");
+  TS_CHECK_T(ConfigError, !(c.local_sgd.enabled && dp.staleness == 1), "config 'local_sgd' and "
+             "'data_parallel.staleness' exclude each other (both step on local gradients and "
+             "average parameters); keep one");
+  TS_CHECK_T(ConfigError, dp.comm_hook != "powersgd" || !(c.local_sgd.enabled || dp.staleness == 1),
+             "config 'data_parallel.comm_hook' powersgd compresses gradients, but '", mode,
+             "' sends no gradients after its warm-up; keep one");
+}
 
 // DeepSpeed's offload_optimizer / offload_param (docs/offload.md).
 void parse_offload(const json& z, const char* key, OffloadConfig& c) {
@@ -443,9 +494,19 @@ Config Config::from_json(const json& j, const std::string& source) {
     c.data_parallel.broadcast_buffers = read_bool(d, "broadcast_buffers", "data_parallel", true);
     c.data_parallel.comm_hook = read_string(d, "comm_hook", "data_parallel", "none");
     const auto& h = c.data_parallel.comm_hook;
-    TS_CHECK_T(ConfigError, h == "none" || h == "fp16" || h == "bf16",
-               "config 'data_parallel.comm_hook' is '", h, "': use none, fp16 or bf16");
+    TS_CHECK_T(ConfigError, h == "none" || h == "fp16" || h == "bf16" || h == "powersgd",
+               "config 'data_parallel.comm_hook' is '", h, "': use none, fp16, bf16 or powersgd");
+    if (d.contains("powersgd")) parse_powersgd(d["powersgd"], c.data_parallel.powersgd);
+    c.data_parallel.staleness = static_cast<int>(read_int(d, "staleness", "data_parallel", 0));
+    TS_CHECK_T(ConfigError, c.data_parallel.staleness == 0 || c.data_parallel.staleness == 1,
+               "config 'data_parallel.staleness' must be 0 (synchronous) or 1 (delayed averaging), "
+               "got ", c.data_parallel.staleness);
+    c.data_parallel.staleness_warmup_steps = read_int(d, "staleness_warmup_steps", "data_parallel", 0);
+    TS_CHECK_T(ConfigError, c.data_parallel.staleness_warmup_steps >= 0, "config "
+               "'data_parallel.staleness_warmup_steps' must be >= 0, got ",
+               c.data_parallel.staleness_warmup_steps);
   }
+  if (j.contains("local_sgd")) parse_local_sgd(j["local_sgd"], c.local_sgd);
   c.steps_per_print = read_positive_int(j, "steps_per_print", "", 10);
   c.wall_clock_breakdown = read_bool(j, "wall_clock_breakdown", "", false);
   c.seed = static_cast<uint64_t>(read_int(j, "seed", "", 1234));
@@ -453,6 +514,7 @@ Config Config::from_json(const json& j, const std::string& source) {
   TS_CHECK_T(ConfigError, c.comm_timeout >= 0, "config key 'comm_timeout' must be >= 0 seconds "
              "(0: TESSERA_TIMEOUT), got ", c.comm_timeout);
   parse_model_parallel(j, c.model_parallel);
+  check_training_modes(c);
   for (const char* s : {"model", "data", "train"}) {
     if (!j.contains(s)) continue;
     TS_CHECK_T(ConfigError, j[s].is_object(), "config section '", s, "' must be an object");

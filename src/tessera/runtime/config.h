@@ -54,11 +54,37 @@ struct SchedulerConfig {
   double cos_min_ratio = 1e-4;      // WarmupCosineLR, in [0, 1]
 };
 
+// PyTorch's PowerSGDState keys and defaults (data_parallel.powersgd).
+struct PowerSgdConfig {
+  int64_t matrix_approximation_rank = 1;
+  int64_t start_powersgd_iter = 1000;
+  double min_compression_rate = 2.0;
+  bool use_error_feedback = true;
+  bool warm_start = true;
+  double orthogonalization_epsilon = 0.0;
+  uint64_t random_seed = 0;
+};
+
 struct DataParallelConfig {
   double bucket_cap_mb = 25.0;
   bool find_unused_parameters = false;
   bool broadcast_buffers = true;
-  std::string comm_hook = "none";  // none | fp16 | bf16
+  std::string comm_hook = "none";  // none | fp16 | bf16 | powersgd
+  PowerSgdConfig powersgd;
+  // 1: delayed gradient averaging: each step's gradients travel during the next
+  // step, which applies their average as a correction (docs/training-modes.md),
+  // after staleness_warmup_steps synchronous steps.
+  int staleness = 0;
+  int64_t staleness_warmup_steps = 0;
+};
+
+// PyTorch's post-local SGD ("local_sgd"): after warmup_steps synchronous steps,
+// each rank steps on its own gradients and the parameters are averaged every
+// sync_every steps (docs/training-modes.md).
+struct LocalSgdConfig {
+  bool enabled = false;  // the section is in the config
+  int64_t sync_every = 4;
+  int64_t warmup_steps = 0;
 };
 
 // DeepSpeed's zero_optimization.offload_optimizer / offload_param (docs/offload.md).
@@ -167,6 +193,7 @@ struct Config {
   ActivationCheckpointingConfig activation_checkpointing;
   PrecisionConfig precision;
   AioConfig aio;
+  LocalSgdConfig local_sgd;
   int64_t steps_per_print = 10;
   bool wall_clock_breakdown = false;
   // Collective and store timeout in seconds (0: TESSERA_TIMEOUT, default 300);

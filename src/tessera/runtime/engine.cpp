@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include <map>
 #include <unordered_map>
 
 #include "tessera/comm/init.h"
@@ -34,6 +35,12 @@ std::string wire_dtype(const Config& c) {
                "fp32 or remove it");
     return "fp32";
   }
+  if (hook == "powersgd") {
+    TS_CHECK_T(ConfigError, written.empty() || written == "fp32", "config "
+               "'communication_data_type' is ", written, " but 'data_parallel.comm_hook' is "
+               "powersgd (float32 low-rank factors); keep one of them");
+    return hook;
+  }
   if (!written.empty()) {
     TS_CHECK_T(ConfigError, hook == "none" || hook == written, "config "
                "'communication_data_type' is ", written, " but 'data_parallel.comm_hook' is ",
@@ -52,6 +59,14 @@ ddp::DdpOptions ddp_options(const Config& config) {
   o.broadcast_buffers = c.broadcast_buffers;
   const std::string wire = wire_dtype(config);
   o.comm_hook = ddp::parse_comm_hook(wire == "fp32" ? "none" : wire);
+  const PowerSgdConfig& p = c.powersgd;
+  o.powersgd.matrix_approximation_rank = p.matrix_approximation_rank;
+  o.powersgd.start_powersgd_iter = p.start_powersgd_iter;
+  o.powersgd.min_compression_rate = p.min_compression_rate;
+  o.powersgd.use_error_feedback = p.use_error_feedback;
+  o.powersgd.warm_start = p.warm_start;
+  o.powersgd.orthogonalization_epsilon = p.orthogonalization_epsilon;
+  o.powersgd.random_seed = p.random_seed;
   return o;
 }
 
@@ -287,7 +302,9 @@ void Engine::backward(const at::Tensor& loss) {
   const bool boundary = is_gradient_accumulation_boundary();
   if (zero_) {
     zero_->backward(scaled, boundary);
-  } else if (!boundary) {
+  } else if (!boundary || gradients_stay_local()) {
+    // Off the boundary, and under local SGD or delayed averaging after their
+    // warm-up, gradients stay local.
     ddp_->reducer().bind_gradients();
     auto guard = ddp_->no_sync();
     scaled.backward();
@@ -340,8 +357,9 @@ bool Engine::gradients_finite() {
     }
   }
   // DDP: every rank holds the same averaged gradients (an inf anywhere is an inf
-  // everywhere after the sum). ZeRO: each rank sees only its shard, so agree.
-  if (zero_) {
+  // everywhere after the sum). ZeRO: each rank sees only its shard, and local
+  // SGD and delayed averaging its own gradients, so agree.
+  if (zero_ || gradients_stay_local()) {
     at::Tensor flag = at::full({1}, finite ? 0 : 1, at::kInt);
     group_->all_reduce(flag, comm::ReduceOp::kMax)->wait();
     finite = flag.item<int>() == 0;
@@ -382,11 +400,17 @@ bool Engine::step() {
     }
   }
   last_grad_norm_ = clip_gradients();
+  const bool delayed = delayed_averaging_active();
+  if (delayed) {
+    if (!delayed_) delayed_ = std::make_unique<ddp::DelayedAveraging>(trainable_.params, group_);
+    delayed_->begin_step();
+  }
   if (offload_) {
     offload_->step(*optimizer_);
   } else {
     optimizer_->step();
   }
+  if (delayed) delayed_->end_step();  // this update out, the last one's average in
   if (zero_) {
     zero_->after_step();  // all-gathers the updated shards, zeroes the gradient shards
     if (config_.data_parallel.broadcast_buffers) broadcast_from_rank0(buffers_, *group_);
@@ -397,6 +421,11 @@ bool Engine::step() {
     ddp_->sync_buffers();
   }
   ++global_steps_;
+  const LocalSgdConfig& local = config_.local_sgd;
+  if (local.enabled && global_steps_ > local.warmup_steps &&
+      (global_steps_ - local.warmup_steps) % local.sync_every == 0) {
+    average_parameters();
+  }
   step_pending_ = false;
   first_node_after_step_ = at::sequence_number::peek();
   apply_schedule();
@@ -406,6 +435,46 @@ bool Engine::step() {
     if (global_steps_ % config_.steps_per_print == 0) close_breakdown_window();
   }
   return true;
+}
+
+bool Engine::local_sgd_active() const {
+  return config_.local_sgd.enabled && global_steps_ >= config_.local_sgd.warmup_steps;
+}
+
+bool Engine::delayed_averaging_active() const {
+  const DataParallelConfig& dp = config_.data_parallel;
+  return ddp_ && dp.staleness == 1 && global_steps_ >= dp.staleness_warmup_steps;
+}
+
+bool Engine::gradients_stay_local() const {
+  return ddp_ && (local_sgd_active() || delayed_averaging_active());
+}
+
+void Engine::synchronize_parameters() {
+  if (delayed_) delayed_->synchronize();
+}
+
+int64_t Engine::parameter_averages() const {
+  return parameter_averages_ + (delayed_ ? delayed_->averages() : 0);
+}
+
+void Engine::average_parameters() {
+  at::NoGradGuard no_grad;
+  // One all_reduce per dtype of every trainable parameter laid end to end.
+  std::map<at::ScalarType, std::vector<at::Tensor>> by_dtype;
+  for (const auto& p : trainable_.params) by_dtype[p.scalar_type()].push_back(p);
+  for (auto& [dtype, params] : by_dtype) {
+    std::vector<at::Tensor> flat_parts;
+    for (const auto& p : params) flat_parts.push_back(p.detach().reshape({-1}));
+    at::Tensor flat = at::cat(flat_parts);
+    group_->all_reduce(flat, comm::ReduceOp::kAvg)->wait();
+    int64_t at = 0;
+    for (auto& p : params) {
+      p.detach().copy_(flat.narrow(0, at, p.numel()).view(p.sizes()));
+      at += p.numel();
+    }
+  }
+  ++parameter_averages_;
 }
 
 MemoryStats Engine::memory_stats() const {

@@ -40,6 +40,13 @@
 // step on every rank (counted in skipped_steps(), the schedule not advanced)
 // and updates the scale with DeepSpeed's rules (precision/loss_scaler.h).
 //
+// Beyond synchronous data parallelism (docs/training-modes.md), under DDP only:
+// data_parallel.comm_hook "powersgd" sends low-rank gradients (ddp/powersgd_hook.h);
+// data_parallel.staleness 1 steps every rank on its own gradients and averages
+// each step's update while the next step computes (ddp/delayed_averaging.h);
+// local_sgd steps every rank on its own gradients after warmup_steps and
+// averages the parameters every sync_every steps.
+//
 // Ownership: shares the module and the group; owns the DDP wrapper and optimizer.
 // Movable, not copyable. Thread safety: none; one engine per rank, used from the
 // thread that created it. backward/step/save/load are collective over the group.
@@ -60,6 +67,7 @@
 #include "tessera/comm/process_group.h"
 #include "tessera/core/check.h"
 #include "tessera/runtime/config.h"
+#include "tessera/runtime/ddp/delayed_averaging.h"
 #include "tessera/runtime/ddp/distributed_data_parallel.h"
 #include "tessera/runtime/lr_schedules.h"
 #include "tessera/runtime/named_params.h"
@@ -171,6 +179,14 @@ class Engine {
   int64_t skipped_steps() const { return skipped_steps_; }
   // Whether the last step() skipped its update.
   bool last_step_skipped() const { return last_step_skipped_; }
+  // local_sgd and data_parallel.staleness: how many times the parameters (or,
+  // delayed, the updates) have been averaged across ranks.
+  int64_t parameter_averages() const;
+  // Collective. data_parallel.staleness 1: waits for the update in flight and
+  // sets every rank's parameters to the consensus (ddp/delayed_averaging.h), so
+  // that they agree bitwise; save_checkpoint and load_checkpoint call it, and
+  // so should evaluation that wants one model. A no-op in the other modes.
+  void synchronize_parameters();
 
   // Collective. Saves this step as dir/step_<global_steps()> in the layout of
   // checkpoint/checkpoint_writer.h: rank 0 writes the model and optimizer state,
@@ -234,6 +250,14 @@ class Engine {
   bool gradients_finite();
   void scale_gradients(double factor);
   void close_breakdown_window();
+  // local_sgd: past its warm-up, backward sends no gradients.
+  bool local_sgd_active() const;
+  // data_parallel.staleness 1 past its warm-up (staleness_warmup_steps).
+  bool delayed_averaging_active() const;
+  // Either of the two: gradients are not all-reduced in backward.
+  bool gradients_stay_local() const;
+  // local_sgd: every rank's parameters := their average (collective).
+  void average_parameters();
 
   Config config_;
   std::shared_ptr<comm::ProcessGroup> group_;
@@ -263,6 +287,8 @@ class Engine {
   std::optional<precision::LossScaler> scaler_;  // fp16 only
   int64_t skipped_steps_ = 0;
   bool last_step_skipped_ = false;
+  int64_t parameter_averages_ = 0;
+  std::unique_ptr<ddp::DelayedAveraging> delayed_;  // staleness 1, from its first step
 };
 
 }  // namespace tessera::runtime

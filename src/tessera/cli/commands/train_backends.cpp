@@ -97,6 +97,7 @@ class DataParallelBackend : public TrainBackend {
   }
   double evaluate(TrainData& data, int64_t iters) override {
     if (!data.has_val()) return -1;
+    engine_.synchronize_parameters();  // delayed averaging: evaluate the consensus
     at::NoGradGuard no_grad;
     model_->eval();
     double sum = 0;

@@ -26,6 +26,7 @@
 #include "tessera/cli/commands/parse_args.h"
 #include "tessera/cli/commands/train_backend.h"
 #include "tessera/cli/commands/train_data.h"
+#include "tessera/cli/commands/train_digits.h"
 #include "tessera/cli/commands/train_settings.h"
 #include "tessera/checkpoint/checkpoint_reader.h"
 #include "tessera/comm/init.h"
@@ -43,6 +44,8 @@ struct TrainFlags {
   int64_t steps = 0;
   std::string out;
   bool bf16 = false, fp16 = false;
+  std::string task = "gpt";
+  bool print_default_config = false;
 };
 
 bool parse_flags(const Args& args, TrainFlags& f) {
@@ -55,6 +58,11 @@ bool parse_flags(const Args& args, TrainFlags& f) {
   app.add_option("--out", f.out, "override train.out_dir");
   app.add_flag("--bf16", f.bf16, "train in bfloat16, as the config's bf16.enabled (precision.md)");
   app.add_flag("--fp16", f.fp16, "train in float16 with the config's fp16 loss scaling");
+  app.add_option("--task", f.task, "gpt (default: a GPT on text) or digits (a ResNet with "
+                                   "SyncBatchNorm on the 8x8 handwritten digits)")
+      ->check(CLI::IsMember({"gpt", "digits"}));
+  app.add_flag("--print-default-config", f.print_default_config,
+               "print the embedded default config of the task (a start for your own) and exit");
   if (!parse_args(app, args, "tessera train")) return false;
   TS_CHECK_T(ConfigError, f.steps >= 0, "--steps must be positive, got ", f.steps);
   TS_CHECK_T(ConfigError, !(f.bf16 && f.fp16), "--bf16 and --fp16 exclude each other; pick one");
@@ -120,9 +128,23 @@ int train_command(const Args& args) {
   TrainFlags f;
   if (!parse_flags(args, f)) return 0;
   // Everything that can be wrong with the config is checked before joining the job.
+  if (f.print_default_config) {
+    std::printf("%s\n", f.task == "digits" ? default_digits_config() : default_train_config());
+    return 0;
+  }
+  const bool digits_default = f.config.empty() && f.task == "digits";
   runtime::Config cfg = f.config.empty()
-                            ? runtime::Config::from_string(default_train_config(), "default config")
+                            ? runtime::Config::from_string(
+                                  digits_default ? default_digits_config() : default_train_config(),
+                                  "default config")
                             : runtime::Config::from_file(f.config);
+  if (f.task == "digits" || is_resnet_config(cfg)) {
+    TS_CHECK_T(ConfigError, is_resnet_config(cfg), "--task digits trains a ResNet: the config's "
+               "model.type must be \"resnet\" (or leave --config out for the default)");
+    TS_CHECK_T(ConfigError, !f.resume && !f.bf16 && !f.fp16, "--task digits takes no --resume, "
+               "--bf16 or --fp16");
+    return train_digits(cfg, f.steps, f.out);
+  }
   if (f.bf16) cfg.precision.dtype = "bf16";
   if (f.fp16) cfg.precision.dtype = "fp16";
   TrainSettings s = TrainSettings::from_config(cfg);
@@ -179,12 +201,14 @@ int train_command(const Args& args) {
   double loss_sum = 0;
   int64_t loss_count = 0;
   uint64_t comm_bytes = 0;  // what this rank sent during the last optimizer step
+  uint64_t window_bytes = 0;  // and during the steps since the last print
   while (backend->global_steps() < s.steps) {
     const auto comm_before = backend->comm_stats();
     loss_sum += backend->train_step(data);
     ++loss_count;
     const int64_t step = backend->global_steps();
     comm_bytes = comm::CommStats::difference(backend->comm_stats(), comm_before).total_bytes();
+    window_bytes += comm_bytes;
     if (rank0 && step == first_step + 1) log_memory(*backend, "after the first step");
     if (step % cfg.steps_per_print == 0 || step == s.steps) {
       const double loss = backend->mean_over_job(loss_sum / loss_count);
@@ -201,7 +225,9 @@ int train_command(const Args& args) {
       }
       nlohmann::json record = {{"step", step}, {"loss", loss}, {"lr", backend->lr()},
                                {"tokens_per_s", tok_s}, {"grad_norm", backend->grad_norm()},
-                               {"comm_bytes", comm_bytes}};
+                               {"comm_bytes", comm_bytes},
+                               {"comm_bytes_per_step",
+                                static_cast<double>(window_bytes) / static_cast<double>(loss_count)}};
       if (cfg.precision.dtype == "fp16") {
         record["loss_scale"] = backend->loss_scale();
         record["skipped_steps"] = backend->skipped_steps();
@@ -210,6 +236,7 @@ int train_command(const Args& args) {
       metrics.write(memory_record(*backend, step));
       loss_sum = 0;
       loss_count = 0;
+      window_bytes = 0;
       window_start = Clock::now();
     }
     const bool last = step == s.steps;

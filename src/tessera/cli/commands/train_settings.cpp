@@ -49,8 +49,10 @@ bool TrainSettings::is_token_file() const { return ends_with(data_path, ".bin");
 TrainSettings TrainSettings::from_config(const runtime::Config& cfg) {
   TrainSettings s;
   const auto& m = cfg.model;
-  check_known_keys(m, {"vocab_size", "block_size", "n_layer", "n_head", "n_embd", "dropout",
+  check_known_keys(m, {"type", "vocab_size", "block_size", "n_layer", "n_head", "n_embd", "dropout",
                        "bias", "fused_attention", "seed"}, "model");
+  TS_CHECK_T(ConfigError, read_string(m, "type", "model", "gpt") == "gpt", "config key "
+             "'model.type' is '", read_string(m, "type", "model", "gpt"), "': use gpt or resnet");
   s.model.block_size = read_positive_int(m, "block_size", "model", s.model.block_size);
   s.model.n_layer = read_positive_int(m, "n_layer", "model", s.model.n_layer);
   s.model.n_head = read_positive_int(m, "n_head", "model", s.model.n_head);

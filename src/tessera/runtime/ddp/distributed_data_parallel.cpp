@@ -48,6 +48,7 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
   ro.first_bucket_cap_bytes = static_cast<int64_t>(options_.first_bucket_cap_mb * (1 << 20));
   ro.find_unused_parameters = options_.find_unused_parameters;
   ro.comm_hook = options_.comm_hook;
+  ro.powersgd = options_.powersgd;
   reducer_ = std::make_unique<Reducer>(names_, params_, group_, ro);
 }
 

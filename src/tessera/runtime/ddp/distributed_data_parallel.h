@@ -37,6 +37,7 @@ struct DdpOptions {
   // Broadcast rank 0's buffers (e.g. running stats) when sync_buffers() is called.
   bool broadcast_buffers = true;
   CommHook comm_hook = CommHook::kNone;
+  PowerSgdOptions powersgd;  // with comm_hook kPowerSgd (comm_hook.h)
 };
 
 class DistributedDataParallel {

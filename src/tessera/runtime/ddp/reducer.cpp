@@ -71,6 +71,16 @@ Reducer::Reducer(std::vector<std::string> names, std::vector<at::Tensor> params,
     }
     flats_.push_back(flat);
   }
+  std::vector<BucketLayout> layouts;
+  for (const Bucket& bucket : buckets_) {
+    BucketLayout layout;
+    for (size_t k : bucket.params) {
+      layout.offsets.push_back(slots_[k].offset);
+      layout.shapes.push_back(params_[k].sizes().vec());
+    }
+    layouts.push_back(std::move(layout));
+  }
+  reduction_ = make_bucket_reduction(options_.comm_hook, options_.powersgd, std::move(layouts));
   accumulators_.resize(params_.size());
   for (size_t i = 0; i < params_.size(); ++i) {
     if (params_[i].numel() == 0) {
@@ -86,7 +96,7 @@ Reducer::Reducer(std::vector<std::string> names, std::vector<at::Tensor> params,
 
 Reducer::~Reducer() {
   *self_ = nullptr;
-  wait_launched_quietly();
+  reduction_->abandon();
 }
 
 void Reducer::reset_iteration() {
@@ -96,19 +106,12 @@ void Reducer::reset_iteration() {
   next_launch_ = 0;
   current_ = ReducerTimings{};
   current_.bucket_launch.assign(buckets_.size(), {});
-  inflight_.assign(buckets_.size(), PendingReduction{});
   in_backward_ = false;
 }
 
 void Reducer::wait_launched_quietly() {
-  for (auto& p : inflight_) {
-    try {
-      if (p.work) p.work->wait();
-    } catch (...) {
-      // The error has been or will be reported by the pass that launched it.
-    }
-    p = PendingReduction{};
-  }
+  // The error has been or will be reported by the pass that launched it.
+  reduction_->abandon();
 }
 
 void Reducer::on_grad_ready(size_t index) {
@@ -174,7 +177,7 @@ void Reducer::mark_ready(size_t index) {
 void Reducer::launch_ready_buckets() {
   while (next_launch_ < buckets_.size() && pending_[next_launch_] == 0) {
     current_.bucket_launch[next_launch_] = ReducerTimings::Clock::now();
-    inflight_[next_launch_] = launch_reduction(*group_, flats_[next_launch_], options_.comm_hook);
+    reduction_->launch(*group_, next_launch_, flats_[next_launch_]);
     ++next_launch_;
   }
 }
@@ -224,7 +227,7 @@ void Reducer::finalize() {
              "(config: \"find_unused_parameters\": true) or make the loss depend on it");
   }
   try {
-    for (size_t b = 0; b < buckets_.size(); ++b) finish_reduction(inflight_[b], flats_[b]);
+    for (size_t b = 0; b < buckets_.size(); ++b) reduction_->finish(*group_, b, flats_[b]);
   } catch (...) {
     wait_launched_quietly();
     reset_iteration();

@@ -10,6 +10,7 @@
 // Launching strictly in bucket order keeps the collective order identical on every
 // rank even if autograd delivers gradients in a different order. At the end of
 // backward (an autograd engine callback) the reducer waits for every bucket.
+// The comm hook (comm_hook.h) decides how a bucket is averaged.
 //
 // Unused parameters: with find_unused_parameters they are marked ready (their
 // gradient counts as zero) by prepare_for_backward's graph traversal or, failing
@@ -43,6 +44,7 @@ struct ReducerOptions {
   int64_t first_bucket_cap_bytes = kDefaultFirstBucketCapBytes;
   bool find_unused_parameters = false;
   CommHook comm_hook = CommHook::kNone;
+  PowerSgdOptions powersgd;  // with comm_hook kPowerSgd
 };
 
 // Timing of the last synchronized backward pass, for overlap checks and profiling.
@@ -121,7 +123,7 @@ class Reducer {
   bool in_backward_ = false;
   std::vector<int64_t> pending_;  // per bucket: gradients still missing
   size_t next_launch_ = 0;
-  std::vector<PendingReduction> inflight_;
+  std::unique_ptr<BucketReduction> reduction_;
   ReducerTimings current_;  // the pass in progress
   ReducerTimings timings_;  // the last completed pass
   int64_t reductions_ = 0;
