@@ -7,12 +7,12 @@
 #include <cmath>
 #include <cstdio>
 
-#include <map>
 #include <unordered_map>
 
 #include "tessera/comm/init.h"
 #include "tessera/core/check.h"
 #include "tessera/core/logging.h"
+#include "tessera/runtime/ddp/flat_params.h"
 #include "tessera/runtime/grad_clip.h"
 #include "tessera/runtime/optimizer_factory.h"
 #include "tessera/runtime/optimizer_state.h"
@@ -461,18 +461,10 @@ int64_t Engine::parameter_averages() const {
 void Engine::average_parameters() {
   at::NoGradGuard no_grad;
   // One all_reduce per dtype of every trainable parameter laid end to end.
-  std::map<at::ScalarType, std::vector<at::Tensor>> by_dtype;
-  for (const auto& p : trainable_.params) by_dtype[p.scalar_type()].push_back(p);
-  for (auto& [dtype, params] : by_dtype) {
-    std::vector<at::Tensor> flat_parts;
-    for (const auto& p : params) flat_parts.push_back(p.detach().reshape({-1}));
-    at::Tensor flat = at::cat(flat_parts);
+  for (auto& params : ddp::group_by_dtype(trainable_.params)) {
+    at::Tensor flat = ddp::flatten(params);
     group_->all_reduce(flat, comm::ReduceOp::kAvg)->wait();
-    int64_t at = 0;
-    for (auto& p : params) {
-      p.detach().copy_(flat.narrow(0, at, p.numel()).view(p.sizes()));
-      at += p.numel();
-    }
+    ddp::unflatten_into(flat, params);
   }
   ++parameter_averages_;
 }

@@ -64,8 +64,6 @@ class DelayedAveraging {
     at::Tensor local;      // this rank's last update, still in the parameters
     at::Tensor reducing;   // the buffer the all_reduce works on
   };
-  at::Tensor flatten(const DtypeGroup& g) const;
-  void write(DtypeGroup& g, const at::Tensor& flat);
   // Waits for the update in flight and adds its average to the consensus.
   void absorb_in_flight();
 
