@@ -12,8 +12,10 @@ set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_MAINTAINER "Tessera developers <tessera@localhost>")
 set(CPACK_DEBIAN_PACKAGE_SECTION libdevel)
+# libprotobuf32: Debian 12's runtime of the protobuf the runtime layer writes
+# TensorBoard files with.
 set(tessera_deb_depends "libtorch-dev" "nlohmann-json3-dev" "libopenblas0-pthread | libblas3"
-  "zlib1g")
+  "zlib1g" "libprotobuf32")
 if(TESSERA_WITH_GLOO)
   list(APPEND tessera_deb_depends "libgloo-dev")
 endif()

@@ -16,6 +16,8 @@ PACKAGES=(
   python3-torch                # peer for side-by-side benchmarks (PyTorch DDP)
   liburing-dev                 # io_uring: direct, asynchronous I/O of the nvme offload
   zlib1g-dev                   # reads the gzip'd digits data
+  libprotobuf-dev protobuf-compiler  # TensorBoard event files (runtime/monitor)
+  python3-protobuf             # the tests' second TensorBoard event-file reader
   python3-sklearn              # ships the 8x8 handwritten digits (tessera train --task digits)
   iproute2 procps psmisc       # network-namespace test hosts, process inspection
   clang-14 libclang-rt-14-dev  # libFuzzer + sanitizers for the parser fuzz targets (tests/fuzz)

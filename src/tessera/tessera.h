@@ -65,4 +65,5 @@
 #include "tessera/runtime/engine.h"
 #include "tessera/runtime/lr_schedules.h"
 #include "tessera/runtime/model_parallel/model_parallel_engine.h"
+#include "tessera/runtime/monitor/monitor_fanout.h"
 #include "tessera/runtime/optimizer_factory.h"

@@ -3,11 +3,12 @@
 //   fault_worker MARKER store
 //       joins the launcher's store as a client (MASTER_ADDR/PORT, TESSERA_JOB_TOKEN),
 //       exchanges one key with every rank, prints "store ok".
-//   fault_worker MARKER allreduce ITERS [kill R K | stall R K]
+//   fault_worker MARKER allreduce ITERS [kill R K | stall R K | hang R K]
 //       tessera::init(), then ITERS all-reduces of a 64k-float tensor on the default
 //       group, checking each result. With "kill R K", rank R SIGKILLs itself while
 //       its K-th all-reduce is in flight; with "stall R K", rank R sleeps forever
-//       instead of issuing its K-th all-reduce.
+//       instead of issuing its K-th all-reduce; with "hang R K", rank R spins in a
+//       compute loop forever instead (alive, busy, no heartbeat).
 // Errors are printed (one line) and end the process with exit code 1, the way a
 // user's program that lets a Tessera error escape main() behaves.
 #include <ATen/ATen.h>
@@ -59,6 +60,12 @@ int allreduce_mode(int iters, const std::string& fault, int fault_rank, int faul
       std::printf("stalling before all_reduce #%d at %lld ms\n", i + 1, epoch_ms());
       std::fflush(stdout);
       while (true) pause();
+    }
+    if (faulty && i == fault_iter && fault == "hang") {
+      std::printf("hanging in compute before all_reduce #%d at %lld ms\n", i + 1, epoch_ms());
+      std::fflush(stdout);
+      volatile double x = 0;
+      while (true) x = x + 1;
     }
     at::Tensor t = at::ones({1 << 16});
     auto work = group->all_reduce(t);

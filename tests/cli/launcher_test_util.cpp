@@ -51,6 +51,12 @@ double seconds_between(const std::string& output, const std::string& name) {
   return from < 0 || to < 0 ? -1 : to - from;
 }
 
+std::string launch_worker(const std::string& worker, const std::string& flags,
+                          const std::string& marker, const std::string& args) {
+  return tessera_bin() + " run --master-port 0 --grace-period 2 " + flags + " " + worker + " " +
+         marker + " " + args;
+}
+
 std::string shell_quote(const std::string& s) {
   std::string q = "'";
   for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);

@@ -26,6 +26,11 @@ std::string lines_with_prefix(const std::string& output, const std::string& pref
 std::string with_end_stamp(const std::string& command_line);
 double seconds_between(const std::string& output, const std::string& name);
 
+// `tessera run --master-port 0 --grace-period 2 FLAGS WORKER MARKER ARGS`: a job on a
+// free port (tests run in parallel) whose teardown waits 2 s at most.
+std::string launch_worker(const std::string& worker, const std::string& flags,
+                          const std::string& marker, const std::string& args);
+
 // Single-quotes s for /bin/sh.
 std::string shell_quote(const std::string& s);
 

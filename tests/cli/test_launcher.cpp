@@ -3,7 +3,11 @@
 // environment contract, teardown timing and leftover processes.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <map>
 #include <sstream>
 
@@ -51,10 +55,15 @@ TEST(Launcher, EnvironmentContract) {
     EXPECT_EQ(v["ROLE_RANK"], std::to_string(rank));
     EXPECT_EQ(v["ROLE_WORLD_SIZE"], "2");
     EXPECT_EQ(v["MASTER_ADDR"], "127.0.0.1");
-    int port = std::atoi(v["MASTER_PORT"].c_str());
-    EXPECT_GT(port, 0) << "MASTER_PORT must be the store's real port, not 0";
+    int port = std::atoi(v["TESSERA_STORE_PORT"].c_str());
+    EXPECT_GT(port, 0) << "TESSERA_STORE_PORT must be the store's real port, not 0";
     EXPECT_LT(port, 65536);
-    EXPECT_EQ(v["TORCHELASTIC_USE_AGENT_STORE"], "True");
+    EXPECT_EQ(v["TESSERA_STORE_ADDR"], "127.0.0.1");
+    // MASTER_PORT is free for a torch.distributed program's own store.
+    int torch_port = std::atoi(v["MASTER_PORT"].c_str());
+    EXPECT_GT(torch_port, 0);
+    EXPECT_NE(torch_port, port);
+    EXPECT_EQ(v["TORCHELASTIC_USE_AGENT_STORE"], "False");
     EXPECT_EQ(v["TORCHELASTIC_RESTART_COUNT"], "0");
     EXPECT_EQ(v["TORCHELASTIC_MAX_RESTARTS"], "0");
     EXPECT_EQ(v["TORCHELASTIC_RUN_ID"], "job42");
@@ -64,6 +73,8 @@ TEST(Launcher, EnvironmentContract) {
     EXPECT_EQ(v["TEST_PASSTHROUGH"], "kept");
   }
   EXPECT_EQ(env_of_rank(r.output, 0)["MASTER_PORT"], env_of_rank(r.output, 1)["MASTER_PORT"]);
+  EXPECT_EQ(env_of_rank(r.output, 0)["TESSERA_STORE_PORT"],
+            env_of_rank(r.output, 1)["TESSERA_STORE_PORT"]);
 }
 
 TEST(Launcher, GeneratesAJobTokenAndHonoursNodeRank) {
@@ -85,7 +96,8 @@ TEST(Launcher, GeneratesAJobTokenAndHonoursNodeRank) {
   EXPECT_EQ(v["LOCAL_RANK"], "1");
   EXPECT_EQ(v["WORLD_SIZE"], "4");
   EXPECT_EQ(v["GROUP_RANK"], "1");
-  EXPECT_EQ(v["MASTER_PORT"], "29999");
+  EXPECT_EQ(v["TESSERA_STORE_PORT"], "29999");
+  EXPECT_EQ(v["MASTER_PORT"], "30000") << "the next port, the same on every node";
   EXPECT_EQ(env_of_rank(r2.output, 2)["LOCAL_RANK"], "0");
 }
 
@@ -198,6 +210,49 @@ TEST(Launcher, RestartsAllWorkersUpToMaxRestarts) {
   EXPECT_EQ(ok.exit_code, 0) << ok.output;
   EXPECT_NE(ok.output.find("[rank 0] done"), std::string::npos) << ok.output;
   EXPECT_EQ(wait_for_no_processes(m, 2), 0);
+}
+
+}  // namespace
+}  // namespace tessera::testing
+
+namespace tessera::testing {
+namespace {
+
+// The error file of a job whose restarts ran out: torchrun's layout, naming the
+// root-cause rank, host, exit code or signal, and its last line.
+TEST(LauncherErrorFile, NamesTheRootCauseRankHostAndSignalWhenRestartsRunOut) {
+  const std::string m = unique_marker("errfile");
+  const std::string file = std::filesystem::temp_directory_path() / (m + ".json");
+  auto r = run_command(launch_line("-n 2 --max-restarts 1 --error-file " + file, m,
+                                   "rank 1 out \"about to die\" rank 1 kill 9 sleep 5"),
+                       60);
+  EXPECT_EQ(r.exit_code, 128 + 9) << r.output;
+  std::ifstream in(file);
+  ASSERT_TRUE(in.good()) << r.output;
+  const auto doc = nlohmann::json::parse(in);
+  const auto& info = doc.at("message").at("extraInfo");
+  EXPECT_EQ(info.at("rank"), 1);
+  EXPECT_EQ(info.at("local_rank"), 1);
+  EXPECT_EQ(info.at("exitcode"), -9);
+  EXPECT_EQ(info.at("signal"), "SIGKILL");
+  EXPECT_EQ(info.at("restarts"), 1);
+  char host[256] = {0};
+  ::gethostname(host, sizeof(host) - 1);
+  EXPECT_EQ(info.at("hostname"), host);
+  EXPECT_EQ(doc.at("message").at("message"), "[rank 1] about to die");
+  std::filesystem::remove(file);
+
+  // TORCHELASTIC_ERROR_FILE, as torchrun users set it; an exit code this time.
+  auto r2 = run_command("TORCHELASTIC_ERROR_FILE=" + file + " " +
+                            launch_line("-n 2", m, "rank 0 exit 3 sleep 5"),
+                        60);
+  EXPECT_EQ(r2.exit_code, 3) << r2.output;
+  std::ifstream in2(file);
+  ASSERT_TRUE(in2.good()) << r2.output;
+  const auto doc2 = nlohmann::json::parse(in2);
+  EXPECT_EQ(doc2.at("message").at("extraInfo").at("exitcode"), 3);
+  EXPECT_EQ(doc2.at("message").at("extraInfo").at("rank"), 0);
+  std::filesystem::remove(file);
 }
 
 }  // namespace

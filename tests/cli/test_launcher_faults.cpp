@@ -16,8 +16,7 @@ namespace {
 const std::string kFaultWorker = TESSERA_FAULT_WORKER;
 
 std::string launch(const std::string& flags, const std::string& marker, const std::string& args) {
-  return tessera_bin() + " run --master-port 0 --grace-period 2 " + flags + " " + kFaultWorker +
-         " " + marker + " " + args;
+  return launch_worker(kFaultWorker, flags, marker, args);
 }
 
 TEST(LauncherStore, WorkersJoinTheLaunchersStoreWithTheToken) {

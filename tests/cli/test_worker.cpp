@@ -48,7 +48,8 @@ int my_rank() {
 void print_env() {
   const char* names[] = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
                          "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "MASTER_ADDR",
-                         "MASTER_PORT", "TORCHELASTIC_USE_AGENT_STORE",
+                         "MASTER_PORT", "TORCHELASTIC_USE_AGENT_STORE", "TESSERA_STORE_ADDR",
+                         "TESSERA_STORE_PORT",
                          "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS",
                          "TORCHELASTIC_RUN_ID", "TESSERA_JOB_TOKEN", "TESSERA_LAUNCHER",
                          "OMP_NUM_THREADS", "TEST_PASSTHROUGH"};

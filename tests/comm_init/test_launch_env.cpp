@@ -29,6 +29,7 @@ class ScopedEnv {
   static constexpr const char* kAll[] = {
       "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR",
       "MASTER_PORT", "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_RUN_ID", "TESSERA_LAUNCHER",
+      "TESSERA_STORE_ADDR", "TESSERA_STORE_PORT", "JOB_COMPLETION_INDEX",
       "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
       "OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID",
       "SLURM_NTASKS_PER_NODE", "SLURM_NODEID", "SLURM_LAUNCH_NODE_IPADDR"};
@@ -55,6 +56,50 @@ TEST(LaunchInfo, TorchrunEnvironment) {
   EXPECT_EQ(info.master_addr, "10.0.0.1");
   EXPECT_EQ(info.master_port, 1234);
   EXPECT_TRUE(info.use_agent_store);
+}
+
+TEST(LaunchInfo, TesseraRunWorkersJoinTheLaunchersStoreNotMasterPort) {
+  // `tessera run` leaves MASTER_PORT to torch.distributed programs (their own
+  // store, TORCHELASTIC_USE_AGENT_STORE=False) and names its store separately.
+  ScopedEnv env({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"},
+                 {"MASTER_PORT", "29501"}, {"TORCHELASTIC_USE_AGENT_STORE", "False"},
+                 {"TORCHELASTIC_RUN_ID", "none"}, {"TESSERA_LAUNCHER", "1"},
+                 {"TESSERA_STORE_ADDR", "127.0.0.2"}, {"TESSERA_STORE_PORT", "29500"}});
+  LaunchInfo info = LaunchInfo::from_env();
+  EXPECT_EQ(info.launcher, "tessera");
+  EXPECT_EQ(info.master_addr, "127.0.0.2");
+  EXPECT_EQ(info.master_port, 29500);
+  EXPECT_TRUE(info.use_agent_store);
+}
+
+TEST(LaunchInfo, KubernetesIndexedJobPodsTakeTheirRankFromTheCompletionIndex) {
+  {
+    // docs/kubernetes.md's manifest: the index, the completions, pod 0's DNS name.
+    ScopedEnv env({{"JOB_COMPLETION_INDEX", "3"}, {"WORLD_SIZE", "4"},
+                   {"MASTER_ADDR", "tessera-0.tessera"}, {"MASTER_PORT", "29500"}});
+    LaunchInfo info = LaunchInfo::from_env();
+    EXPECT_EQ(info.launcher, "kubernetes");
+    EXPECT_EQ(info.rank, 3);
+    EXPECT_EQ(info.world_size, 4);
+    EXPECT_EQ(info.local_rank, 0);
+    EXPECT_EQ(info.local_world_size, 1);
+    EXPECT_EQ(info.node_rank, 3);
+    EXPECT_EQ(info.master_addr, "tessera-0.tessera");
+    EXPECT_FALSE(info.use_agent_store) << "pod 0 hosts the store";
+  }
+  {
+    ScopedEnv env({{"JOB_COMPLETION_INDEX", "1"}});
+    try {
+      LaunchInfo::from_env();
+      FAIL() << "a world size is needed";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("WORLD_SIZE is not"), std::string::npos) << e.what();
+    }
+  }
+  {
+    ScopedEnv env({{"JOB_COMPLETION_INDEX", "4"}, {"WORLD_SIZE", "4"}});
+    EXPECT_THROW(LaunchInfo::from_env(), ConfigError) << "index 4 of 4 pods";
+  }
 }
 
 TEST(LaunchInfo, MpirunAndSlurmEnvironments) {

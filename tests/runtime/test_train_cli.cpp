@@ -10,6 +10,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <regex>
 
 #include "testing/files.h"
 #include "testing/subprocess.h"
@@ -154,6 +155,75 @@ TEST_F(TrainCli, TwoRanksKilledAndResumedReproduceTheStraightRun) {
   EXPECT_LT(a[20], a[1]);
   EXPECT_TRUE(fs::exists(b / "latest"));
   EXPECT_TRUE(fs::exists(b / "step_20" / "manifest.json"));
+}
+
+// A worker lost at step 13 of a `tessera run --max-restarts 1` job: the launcher
+// restarts every worker, they resume from the step-10 checkpoint on their own
+// (no --resume), and the losses equal the straight run's. A fresh run into that
+// directory afterwards is refused before training: it would write older steps
+// over the newer ones.
+TEST_F(TrainCli, ARestartedJobResumesOnItsOwnAndAFreshRunNeverOverwritesNewerSteps) {
+  const std::string cfg = write_config("tiny.json");
+  const std::string bin = tessera_bin();
+  auto straight = train("--config " + cfg + " --out " + (dir_ / "a").string(), 2);
+  ASSERT_EQ(straight.exit_code, 0) << straight.output;
+  const fs::path b = dir_ / "b";
+  auto r = run_command("TESSERA_TIMEOUT=20 TESSERA_TEST_KILL_AT_STEP=1:13 " + bin +
+                           " run --master-port 0 --max-restarts 1 -n 2 " + bin + " train --config " +
+                           cfg + " --out " + b.string() + " 2>&1",
+                       240);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("rank 1 (local rank 1, pid"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("restarting all workers (restart 1 of 1)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("resumed from " + b.string() + "/step_10"), std::string::npos) << r.output;
+  const double worst = worst_loss_diff(dir_ / "a" / "metrics.jsonl", b / "metrics.jsonl", 20);
+  std::printf("[train cli] worker killed at step 13, restarted by the launcher, resumed from "
+              "step 10 on its own: max |loss diff| vs the straight run %.3g\n", worst);
+  EXPECT_LE(worst, 1e-6);
+
+  auto fresh = train("--config " + cfg + " --out " + b.string(), 1);
+  EXPECT_NE(fresh.exit_code, 0) << fresh.output;
+  EXPECT_NE(fresh.output.find(b.string() + " holds checkpoints of an earlier run (up to step 20): "
+                              "pass --resume to continue it"),
+            std::string::npos)
+      << fresh.output;
+  EXPECT_EQ(fresh.output.find("| loss"), std::string::npos) << "trained anyway:\n" << fresh.output;
+  EXPECT_TRUE(fs::exists(b / "step_20" / "manifest.json"));
+}
+
+// Preemption: SIGTERM to the launcher mid-run. The launcher forwards it, every
+// rank stops after the same step, a complete checkpoint of that step is
+// written and `latest` names it, the job exits 143 (128 + SIGTERM), no process
+// of it remains, and --resume continues from that step.
+TEST_F(TrainCli, SigtermFinishesTheStepWritesACheckpointAndExits143) {
+  const std::string cfg = write_config("preempt.json");
+  const std::string bin = tessera_bin();
+  const fs::path out = dir_ / "preempted";
+  const std::string job = "TESSERA_TIMEOUT=20 " + bin + " run --master-port 0 -n 2 " + bin +
+                          " train --config " + cfg + " --steps 400 --out " + out.string();
+  // SIGTERM once step 5 is logged (steps_per_print 1).
+  const fs::path log = dir_ / "preempt.log";
+  auto r = run_command("(" + job + " > " + log.string() + " 2>&1 & pid=$!; for i in $(seq 1 6000); "
+                           "do grep -qE '\"step\":5[,}]' " + (out / "metrics.jsonl").string() +
+                           " 2>/dev/null && break; sleep 0.01; done; kill -TERM $pid; wait $pid; "
+                           "echo \"exit $?\")",
+                       180);
+  std::ifstream in(log);
+  const std::string output((std::istreambuf_iterator<char>(in)), {});
+  EXPECT_NE(r.output.find("exit 143"), std::string::npos) << r.output << output;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(output, m, std::regex("preempted \\(SIGTERM\\) after step (\\d+): "
+                                                      "checkpoint [^ ]+ written")))
+      << output;
+  const std::string step = m[1];
+  EXPECT_TRUE(fs::exists(out / ("step_" + step) / "manifest.json")) << output;
+  EXPECT_LT(std::stoi(step), 400) << "stopped early, not at the end";
+  EXPECT_EQ(count_processes(out.string()), 0) << "a process of the job outlived it";
+  auto resumed = train("--config " + cfg + " --steps " + std::to_string(std::stoi(step) + 2) +
+                       " --resume --out " + out.string(), 2);
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("resumed from " + out.string() + "/step_" + step), std::string::npos)
+      << resumed.output;
 }
 
 // ZeRO-Infinity: stage 3 with the optimizer state and the parameter shards in

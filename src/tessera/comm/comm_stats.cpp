@@ -14,11 +14,18 @@ uint64_t CommStats::total_calls() const {
   return n;
 }
 
+uint64_t CommStats::total_busy_ns() const {
+  uint64_t n = 0;
+  for (const auto& o : ops) n += o.busy_ns;
+  return n;
+}
+
 CommStats CommStats::difference(const CommStats& now, const CommStats& before) {
   CommStats d;
   for (int i = 0; i < kNumOpTypes; ++i) {
     d.ops[i].calls = now.ops[i].calls - before.ops[i].calls;
     d.ops[i].bytes = now.ops[i].bytes - before.ops[i].bytes;
+    d.ops[i].busy_ns = now.ops[i].busy_ns - before.ops[i].busy_ns;
   }
   return d;
 }

@@ -18,6 +18,11 @@
 // around a training step holds every op the step issued, including one still
 // travelling when the step returns (delayed averaging's).
 //
+// Busy time is the sum, over the ops that finished, of the time from their start
+// on the group's queue to their end (Work::times_ns()): how long this rank's
+// queues were occupied by the op type, which with a step's duration tells how
+// much of the step communication took.
+//
 // A plain value; ProcessGroup::comm_stats() returns a snapshot.
 #pragma once
 
@@ -33,6 +38,7 @@ constexpr int kNumOpTypes = static_cast<int>(OpType::kRecv) + 1;
 struct OpCounters {
   uint64_t calls = 0;
   uint64_t bytes = 0;
+  uint64_t busy_ns = 0;  // start to end, summed over the finished ops
 };
 
 struct CommStats {
@@ -42,6 +48,7 @@ struct CommStats {
   OpCounters& operator[](OpType op) { return ops[static_cast<int>(op)]; }
   uint64_t total_bytes() const;
   uint64_t total_calls() const;
+  uint64_t total_busy_ns() const;
   // Counters of `now` minus those of `before` (a window, e.g. one training step).
   static CommStats difference(const CommStats& now, const CommStats& before);
 };

@@ -59,6 +59,8 @@ void init(const InitOptions& options) {
                *options.timeout_seconds, " s");
     pg.timeout = std::chrono::milliseconds(static_cast<int64_t>(*options.timeout_seconds * 1000));
   }
+  if (options.stall_warn_seconds) pg.stall_warn = *options.stall_warn_seconds;
+  if (options.stall_shutdown_seconds) pg.stall_shutdown = *options.stall_shutdown_seconds;
   s.store = connect_store(info, s, pg.timeout);
   s.store->set_timeout(pg.timeout);
   s.group = std::make_shared<comm::ProcessGroup>(s.store, info.rank, info.world_size, pg);

@@ -41,6 +41,8 @@ struct LaunchInfo {
 struct InitOptions {
   std::string backend;  // empty: TESSERA_BACKEND
   std::optional<double> timeout_seconds;  // empty: TESSERA_TIMEOUT
+  std::optional<double> stall_warn_seconds;      // empty: TESSERA_STALL_WARN
+  std::optional<double> stall_shutdown_seconds;  // empty: TESSERA_STALL_SHUTDOWN
 };
 
 // Joins the job and creates the default group. Idempotent.

@@ -30,7 +30,7 @@ int read_leading_int(const char* name, int fallback) {
 
 LaunchInfo LaunchInfo::from_env() {
   LaunchInfo info;
-  if (env::get("RANK") || env::get("WORLD_SIZE")) {
+  if (env::get("RANK") || (env::get("WORLD_SIZE") && !env::get("JOB_COMPLETION_INDEX"))) {
     TS_CHECK_T(ConfigError, env::get("RANK") && env::get("WORLD_SIZE"),
                "RANK and WORLD_SIZE must be set together (start workers with `tessera run`)");
     info.launcher = env::get("TESSERA_LAUNCHER")       ? "tessera"
@@ -42,7 +42,22 @@ LaunchInfo LaunchInfo::from_env() {
     info.local_world_size = read_int("LOCAL_WORLD_SIZE", info.world_size);
     info.node_rank = read_int("GROUP_RANK", 0);
     std::string agent = env::get_string("TORCHELASTIC_USE_AGENT_STORE");
-    info.use_agent_store = agent == "True" || agent == "true" || agent == "1";
+    // Under `tessera run` the launcher hosts the store (TESSERA_STORE_ADDR/PORT)
+    // and MASTER_PORT belongs to torch.distributed programs.
+    info.use_agent_store =
+        agent == "True" || agent == "true" || agent == "1" || info.launcher == "tessera";
+  } else if (env::get("JOB_COMPLETION_INDEX")) {
+    // A Kubernetes Indexed Job, one rank per pod (docs/kubernetes.md): the pod's
+    // index is its rank; the manifest sets WORLD_SIZE (the Job's completions).
+    info.launcher = "kubernetes";
+    TS_CHECK_T(ConfigError, env::get("WORLD_SIZE"),
+               "JOB_COMPLETION_INDEX is set (a Kubernetes Indexed Job) but WORLD_SIZE is not: set "
+               "it to the Job's completions in the pod template (docs/kubernetes.md)");
+    info.rank = read_int("JOB_COMPLETION_INDEX", 0);
+    info.world_size = read_int("WORLD_SIZE", 1);
+    info.local_rank = 0;
+    info.local_world_size = 1;
+    info.node_rank = info.rank;
   } else if (env::get("OMPI_COMM_WORLD_RANK")) {
     info.launcher = "mpirun";
     info.rank = read_int("OMPI_COMM_WORLD_RANK", 0);
@@ -65,6 +80,7 @@ LaunchInfo LaunchInfo::from_env() {
   }
   if (auto addr = env::get("TESSERA_STORE_ADDR")) info.master_addr = *addr;
   info.master_port = read_int("MASTER_PORT", 29500);
+  if (env::get("TESSERA_STORE_PORT")) info.master_port = read_int("TESSERA_STORE_PORT", 29500);
   TS_CHECK_T(ConfigError, info.world_size >= 1, "the world size must be at least 1, got ",
              info.world_size, " (", info.launcher, " environment)");
   TS_CHECK_T(ConfigError, info.rank < info.world_size, "rank ", info.rank,

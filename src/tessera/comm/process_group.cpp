@@ -70,6 +70,10 @@ ProcessGroupOptions ProcessGroupOptions::from_env(const std::string& name) {
   o.debug_detail = debug == "detail" || debug == "1";
   o.heartbeat_interval = env::get_double("TESSERA_HEARTBEAT_INTERVAL");
   o.stall_warn = env::get_double("TESSERA_STALL_WARN");
+  o.stall_shutdown = env::get_double("TESSERA_STALL_SHUTDOWN");
+  TS_CHECK_T(ConfigError, o.stall_warn >= 0 && o.stall_shutdown >= 0,
+             "TESSERA_STALL_WARN and TESSERA_STALL_SHUTDOWN must be >= 0 seconds (0: off), got ",
+             o.stall_warn, " and ", o.stall_shutdown);
   return o;
 }
 
@@ -94,8 +98,7 @@ WorkHandle ProcessGroup::all_reduce(at::Tensor tensor, ReduceOp op) {
   Backend* backend = impl_->backend_.get();
   int size = impl_->size_;
   std::string sig = c10::str("all_reduce(", describe_tensor(tensor), ", ", to_string(op), ")");
-  impl_->count(OpType::kAllReduce, tensor.nbytes());
-  return impl_->enqueue_collective(OpType::kAllReduce, sig, [=] {
+  return impl_->enqueue_collective(OpType::kAllReduce, tensor.nbytes(), sig, [=] {
     at::Tensor data = flat(tensor);
     at::ScalarType dtype = data.scalar_type();
     bool divide = op == ReduceOp::kAvg && !backend->supports_avg();
@@ -116,8 +119,7 @@ WorkHandle ProcessGroup::broadcast(at::Tensor tensor, int root) {
              " is not a rank of ", impl_->describe());
   Backend* backend = impl_->backend_.get();
   std::string sig = c10::str("broadcast(", describe_tensor(tensor), ", root=", root, ")");
-  impl_->count(OpType::kBroadcast, tensor.nbytes());
-  return impl_->enqueue_collective(OpType::kBroadcast, sig, [=] {
+  return impl_->enqueue_collective(OpType::kBroadcast, tensor.nbytes(), sig, [=] {
     at::Tensor data = flat(tensor);
     backend->broadcast(data, root);
     write_back(tensor, data);
@@ -137,8 +139,8 @@ WorkHandle ProcessGroup::all_gather(std::vector<at::Tensor> outputs, at::Tensor 
   Backend* backend = impl_->backend_.get();
   int size = impl_->size_;
   std::string sig = c10::str("all_gather(", describe_tensor(input), ")");
-  impl_->count(OpType::kAllGather, input.nbytes() * static_cast<uint64_t>(size));
-  return impl_->enqueue_collective(OpType::kAllGather, sig, [=] {
+  const uint64_t gathered_bytes = input.nbytes() * static_cast<uint64_t>(size);
+  return impl_->enqueue_collective(OpType::kAllGather, gathered_bytes, sig, [=] {
     int64_t n = input.numel();
     at::Tensor gathered = at::empty({n * size}, input.options());
     backend->all_gather(flat(input), gathered, std::vector<int64_t>(size, n));
@@ -157,8 +159,7 @@ WorkHandle ProcessGroup::all_gather_into(at::Tensor output, at::Tensor input) {
   Backend* backend = impl_->backend_.get();
   std::string sig = c10::str("all_gather_into(", c10::toString(output.scalar_type()), "[",
                              output.numel(), "])");
-  impl_->count(OpType::kAllGather, output.nbytes());
-  return impl_->enqueue_collective(OpType::kAllGather, sig, [=] {
+  return impl_->enqueue_collective(OpType::kAllGather, output.nbytes(), sig, [=] {
     at::Tensor out = flat(output);
     backend->all_gather(flat(input), out, counts);
     write_back(output, out);
@@ -177,8 +178,7 @@ WorkHandle ProcessGroup::reduce_scatter(at::Tensor output, at::Tensor input, Red
   int size = impl_->size_;
   std::string sig = c10::str("reduce_scatter(", c10::toString(input.scalar_type()), "[",
                              input.numel(), "], ", to_string(op), ")");
-  impl_->count(OpType::kReduceScatter, input.nbytes());
-  return impl_->enqueue_collective(OpType::kReduceScatter, sig, [=] {
+  return impl_->enqueue_collective(OpType::kReduceScatter, input.nbytes(), sig, [=] {
     at::Tensor in = flat(input);
     at::Tensor out = flat(output);
     at::ScalarType dtype = in.scalar_type();
@@ -223,8 +223,8 @@ WorkHandle ProcessGroup::all_to_all(at::Tensor output, at::Tensor input,
              " but the input / output have ", input.numel(), " / ", output.numel(), " elements");
   Backend* backend = impl_->backend_.get();
   std::string sig = c10::str("all_to_all(", c10::toString(input.scalar_type()), ")");
-  impl_->count(OpType::kAllToAll, (in_total - input_splits[rank()]) * input.element_size());
-  return impl_->enqueue_collective(OpType::kAllToAll, sig, [=] {
+  const uint64_t to_others = (in_total - input_splits[rank()]) * input.element_size();
+  return impl_->enqueue_collective(OpType::kAllToAll, to_others, sig, [=] {
     at::Tensor out = flat(output);
     backend->all_to_all(flat(input), out, input_splits, output_splits);
     write_back(output, out);
@@ -236,8 +236,7 @@ WorkHandle ProcessGroup::send(at::Tensor tensor, int dst, int tag) {
   TS_CHECK_T(ConfigError, dst >= 0 && dst < size() && dst != rank(), "send: destination ", dst,
              " must be another rank of ", impl_->describe());
   Backend* backend = impl_->backend_.get();
-  impl_->count(OpType::kSend, tensor.nbytes());
-  return impl_->enqueue_p2p(OpType::kSend, dst, [=] {
+  return impl_->enqueue_p2p(OpType::kSend, dst, tensor.nbytes(), [=] {
     backend->send(flat(tensor), dst, tag);
   });
 }
@@ -247,8 +246,7 @@ WorkHandle ProcessGroup::recv(at::Tensor tensor, int src, int tag) {
   TS_CHECK_T(ConfigError, src >= 0 && src < size() && src != rank(), "recv: source ", src,
              " must be another rank of ", impl_->describe());
   Backend* backend = impl_->backend_.get();
-  impl_->count(OpType::kRecv, tensor.nbytes());
-  return impl_->enqueue_p2p(OpType::kRecv, src, [=] {
+  return impl_->enqueue_p2p(OpType::kRecv, src, tensor.nbytes(), [=] {
     at::Tensor data = flat(tensor);
     backend->recv(data, src, tag);
     write_back(tensor, data);
@@ -257,8 +255,7 @@ WorkHandle ProcessGroup::recv(at::Tensor tensor, int src, int tag) {
 
 WorkHandle ProcessGroup::barrier() {
   Backend* backend = impl_->backend_.get();
-  impl_->count(OpType::kBarrier, 0);
-  return impl_->enqueue_collective(OpType::kBarrier, "barrier()", [=] {
+  return impl_->enqueue_collective(OpType::kBarrier, 0, "barrier()", [=] {
     backend->barrier();
   });
 }

@@ -44,8 +44,15 @@ struct ProcessGroupOptions {
   bool debug_detail = false;  // TESSERA_DEBUG=detail
   // Seconds between progress heartbeats published to the store (0: off).
   double heartbeat_interval = 1.0;
-  // Seconds a collective may wait before the missing ranks are logged (0: off).
+  // The stall inspector: seconds a collective may wait before this rank logs
+  // which collective it waits in (sequence number, op, shape) and which ranks
+  // have not joined it (0: off; TESSERA_STALL_WARN, config
+  // stall_check_time_seconds) ...
   double stall_warn = 60.0;
+  // ... and before the group fails that collective with a TimeoutError naming
+  // the same, so that a stalled job ends instead of waiting for `timeout`
+  // (0: off; TESSERA_STALL_SHUTDOWN, config stall_shutdown_time_seconds).
+  double stall_shutdown = 0.0;
   // Options from the environment (TESSERA_TIMEOUT, TESSERA_DEBUG, ...).
   static ProcessGroupOptions from_env(const std::string& name = "default");
 };

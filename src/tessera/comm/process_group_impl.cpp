@@ -4,6 +4,7 @@
 
 #include "tessera/comm/backend_registry.h"
 #include "tessera/comm/collective_check.h"
+#include "tessera/comm/comm_events.h"
 #include "tessera/core/check.h"
 #include "tessera/core/logging.h"
 
@@ -89,8 +90,15 @@ ProcessGroupImpl::ProcessGroupImpl(std::shared_ptr<Store> root_store, int rank, 
   sends_ = std::make_shared<SerialExecutor>("ts-send");
   recvs_ = std::make_shared<SerialExecutor>("ts-recv");
   if (options_.heartbeat_interval > 0) {
-    monitor_ = std::make_unique<ProgressMonitor>(store_, rank_, size_, options_.heartbeat_interval,
-                                                 options_.stall_warn, &progress_, describe());
+    monitor_ = std::make_unique<ProgressMonitor>(
+        store_, rank_, size_, options_.heartbeat_interval, options_.stall_warn, &progress_,
+        describe(), options_.stall_shutdown, [this](const std::string& what) {
+          {
+            std::lock_guard<std::mutex> lock(mu_);
+            stall_reason_ = what;
+          }
+          backend_->abort();  // wakes the stalled collective, which reports stall_reason_
+        });
   }
 }
 
@@ -122,10 +130,37 @@ void run_on_wait(Work& work, const std::shared_ptr<SerialExecutor>& queue, uint6
 }
 }  // namespace
 
-void ProcessGroupImpl::count(OpType op, uint64_t payload_bytes) {
+uint64_t ProcessGroupImpl::count(OpType op, uint64_t payload_bytes) {
   const int i = static_cast<int>(op);
+  const uint64_t wire = wire_bytes(op, payload_bytes, size_);
   calls_[i].fetch_add(1, std::memory_order_relaxed);
-  bytes_[i].fetch_add(wire_bytes(op, payload_bytes, size_), std::memory_order_relaxed);
+  bytes_[i].fetch_add(wire, std::memory_order_relaxed);
+  return wire;
+}
+
+void ProcessGroupImpl::complete(const WorkHandle& work, OpType op, uint64_t seq, int peer,
+                                uint64_t payload_bytes, uint64_t wire, std::exception_ptr error) {
+  const int64_t end = Work::now_ns();
+  WorkTimes times = work->times_ns();
+  if (times.started_ns == 0) times.started_ns = end;
+  times.finished_ns = end;
+  busy_ns_[static_cast<int>(op)].fetch_add(static_cast<uint64_t>(end - times.started_ns),
+                                           std::memory_order_relaxed);
+  if (comm_listeners_active()) {
+    CommEvent event;
+    event.op = op;
+    event.group = &options_.name;
+    event.group_rank = rank_;
+    event.group_size = size_;
+    event.peer = peer;
+    event.seq = seq;
+    event.payload_bytes = payload_bytes;
+    event.wire_bytes = wire;
+    event.times = times;
+    event.ok = error == nullptr;
+    publish_comm_event(event);
+  }
+  work->finish(std::move(error), end);
 }
 
 CommStats ProcessGroupImpl::comm_stats() const {
@@ -133,12 +168,15 @@ CommStats ProcessGroupImpl::comm_stats() const {
   for (int i = 0; i < kNumOpTypes; ++i) {
     s.ops[i].calls = calls_[i].load(std::memory_order_relaxed);
     s.ops[i].bytes = bytes_[i].load(std::memory_order_relaxed);
+    s.ops[i].busy_ns = busy_ns_[i].load(std::memory_order_relaxed);
   }
   return s;
 }
 
-WorkHandle ProcessGroupImpl::enqueue_collective(OpType op, std::string signature,
+WorkHandle ProcessGroupImpl::enqueue_collective(OpType op, uint64_t payload_bytes,
+                                                std::string signature,
                                                 std::function<void()> body) {
+  const uint64_t wire = count(op, payload_bytes);
   uint64_t seq = ++seq_;
   auto work = std::make_shared<Work>(c10::str(to_string(op), " #", seq, " in ", describe()));
   if (auto error = broken()) {
@@ -148,7 +186,7 @@ WorkHandle ProcessGroupImpl::enqueue_collective(OpType op, std::string signature
   const uint64_t ticket = collectives_->submit(
       {[=] {
          ScopedRankContext context(context_rank_, context_world_);
-         run_collective(op, seq, signature, body, work);
+         run_collective(op, seq, payload_bytes, wire, signature, body, work);
        },
        [=] {
          work->finish(std::make_exception_ptr(
@@ -158,30 +196,42 @@ WorkHandle ProcessGroupImpl::enqueue_collective(OpType op, std::string signature
   return work;
 }
 
-void ProcessGroupImpl::run_collective(OpType op, uint64_t seq, const std::string& signature,
+void ProcessGroupImpl::run_collective(OpType op, uint64_t seq, uint64_t payload_bytes,
+                                      uint64_t wire, const std::string& signature,
                                       const std::function<void()>& body, const WorkHandle& work) {
   if (auto error = broken()) {
     work->finish(error);
     return;
   }
+  progress_.set_signature(signature);
   progress_.started_at_ms = ProgressMonitor::steady_ms();
   progress_.started = seq;
+  work->mark_started();
   try {
     if (options_.debug_detail) {
       verify_collective(*store_, rank_, size_, seq, signature, options_.timeout);
     }
     body();
     progress_.completed = seq;
-    work->finish();
+    complete(work, op, seq, -1, payload_bytes, wire, nullptr);
   } catch (const CollectiveMismatchError&) {
     auto error = enrich(std::current_exception(), signature, seq, false);
     set_broken(error);
-    work->finish(error);
+    complete(work, op, seq, -1, payload_bytes, wire, error);
   } catch (...) {
-    auto error = enrich(std::current_exception(), signature, seq, true);
+    std::string stalled;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stalled = stall_reason_;
+    }
+    auto error = stalled.empty()
+                     ? enrich(std::current_exception(), signature, seq, true)
+                     : std::make_exception_ptr(TimeoutError(c10::str(
+                           "stalled, failed by the stall inspector after ", options_.stall_shutdown,
+                           " s (stall_shutdown_time_seconds): ", stalled)));
     set_broken(error);
     backend_->abort();  // unblock the other queues: this group is unusable now
-    work->finish(error);
+    complete(work, op, seq, -1, payload_bytes, wire, error);
   }
 }
 
@@ -196,7 +246,9 @@ std::exception_ptr ProcessGroupImpl::enrich(std::exception_ptr error, const std:
   return with_context(error, prefix, missing.empty() ? "" : " " + missing);
 }
 
-WorkHandle ProcessGroupImpl::enqueue_p2p(OpType op, int peer, std::function<void()> body) {
+WorkHandle ProcessGroupImpl::enqueue_p2p(OpType op, int peer, uint64_t payload_bytes,
+                                         std::function<void()> body) {
+  const uint64_t wire = count(op, payload_bytes);
   auto work = std::make_shared<Work>(c10::str(to_string(op), (op == OpType::kSend ? " to" : " from"),
                                               " rank ", peer, " in ", describe()));
   if (auto error = broken()) {
@@ -206,13 +258,14 @@ WorkHandle ProcessGroupImpl::enqueue_p2p(OpType op, int peer, std::function<void
   const std::shared_ptr<SerialExecutor>& queue = op == OpType::kSend ? sends_ : recvs_;
   const uint64_t ticket = queue->submit({[=] {
                   ScopedRankContext context(context_rank_, context_world_);
+                  work->mark_started();
                   try {
                     body();
-                    work->finish();
+                    complete(work, op, 0, peer, payload_bytes, wire, nullptr);
                   } catch (...) {
                     auto error = with_context(std::current_exception(),
                                               work->description() + " failed: ");
-                    work->finish(error);
+                    complete(work, op, 0, peer, payload_bytes, wire, error);
                   }
                 },
                 [=] {

@@ -25,16 +25,15 @@ class ProcessGroupImpl {
                    ProcessGroupOptions options, std::vector<int> global_ranks);
   ~ProcessGroupImpl();
 
-  // Queues a collective; `body` runs on the collective thread and may throw.
-  WorkHandle enqueue_collective(OpType op, std::string signature, std::function<void()> body);
+  // Queues a collective that hands `payload_bytes` to the backend (counted now,
+  // comm_stats.h); `body` runs on the collective thread and may throw.
+  WorkHandle enqueue_collective(OpType op, uint64_t payload_bytes, std::string signature,
+                                std::function<void()> body);
   // Queues a send or receive on its own thread (not sequence-numbered).
-  WorkHandle enqueue_p2p(OpType op, int peer, std::function<void()> body);
+  WorkHandle enqueue_p2p(OpType op, int peer, uint64_t payload_bytes, std::function<void()> body);
 
   void shutdown();
   std::string describe() const;
-  // Counts one call of `op` that hands `payload_bytes` to the backend (from any
-  // queue thread); comm_stats() reads a snapshot.
-  void count(OpType op, uint64_t payload_bytes);
   CommStats comm_stats() const;  // "group 'default' (gloo, rank 0 of 4)"
 
   std::shared_ptr<Store> root_store_;
@@ -52,10 +51,18 @@ class ProcessGroupImpl {
   int subgroups_created_ = 0;
   std::array<std::atomic<uint64_t>, kNumOpTypes> calls_{};
   std::array<std::atomic<uint64_t>, kNumOpTypes> bytes_{};
+  std::array<std::atomic<uint64_t>, kNumOpTypes> busy_ns_{};
 
  private:
-  void run_collective(OpType op, uint64_t seq, const std::string& signature,
-                      const std::function<void()>& body, const WorkHandle& work);
+  // Counts one call of `op` that hands `payload_bytes` to the backend; returns
+  // the bytes this rank sends for it.
+  uint64_t count(OpType op, uint64_t payload_bytes);
+  // Adds the op's busy time, tells the listeners (comm_events.h), finishes `work`.
+  void complete(const WorkHandle& work, OpType op, uint64_t seq, int peer, uint64_t payload_bytes,
+                uint64_t wire, std::exception_ptr error);
+  void run_collective(OpType op, uint64_t seq, uint64_t payload_bytes, uint64_t wire,
+                      const std::string& signature, const std::function<void()>& body,
+                      const WorkHandle& work);
   std::exception_ptr enrich(std::exception_ptr error, const std::string& what, uint64_t seq,
                             bool name_missing_ranks);
   std::exception_ptr broken() const;
@@ -63,6 +70,7 @@ class ProcessGroupImpl {
 
   mutable std::mutex mu_;
   std::exception_ptr broken_;
+  std::string stall_reason_;  // set by the stall inspector before it aborts the backend
   bool shut_down_ = false;
   // Shared so a Work's wait hook can reach its queue without outliving it.
   std::shared_ptr<SerialExecutor> collectives_;

@@ -43,14 +43,18 @@ int64_t ProgressMonitor::steady_ms() {
 
 ProgressMonitor::ProgressMonitor(std::shared_ptr<Store> store, int rank, int size,
                                  double interval_s, double stall_warn_s,
-                                 const ProgressCounters* counters, std::string group_desc)
+                                 const ProgressCounters* counters, std::string group_desc,
+                                 double stall_shutdown_s,
+                                 std::function<void(const std::string&)> on_shutdown)
     : store_(own_connection(store)),
       rank_(rank),
       size_(size),
       interval_s_(interval_s),
       stall_warn_s_(stall_warn_s),
       counters_(counters),
-      group_desc_(std::move(group_desc)) {
+      group_desc_(std::move(group_desc)),
+      stall_shutdown_s_(stall_shutdown_s),
+      on_shutdown_(std::move(on_shutdown)) {
   publish();  // peers can tell "never started" from "slow" right away
   thread_ = std::thread([this] { loop(); });
 }
@@ -90,19 +94,31 @@ void ProgressMonitor::publish() {
 }
 
 void ProgressMonitor::check_stall() {
-  if (stall_warn_s_ <= 0) return;
-  uint64_t started = counters_->started.load();
-  if (started == 0 || started == counters_->completed.load() || started == warned_seq_) return;
-  double waited = (steady_ms() - counters_->started_at_ms.load()) / 1e3;
-  if (waited < stall_warn_s_) return;
-  warned_seq_ = started;
+  if (stall_warn_s_ <= 0 && stall_shutdown_s_ <= 0) return;
+  const uint64_t started = counters_->started.load();
+  if (started == 0 || started == counters_->completed.load()) return;
+  const double waited = (steady_ms() - counters_->started_at_ms.load()) / 1e3;
+  const bool warn = stall_warn_s_ > 0 && waited >= stall_warn_s_ && started != warned_seq_;
+  const bool shut = stall_shutdown_s_ > 0 && on_shutdown_ && waited >= stall_shutdown_s_ &&
+                    started != shutdown_seq_;
+  if (!warn && !shut) return;
   std::string missing;
   try {
     missing = describe_missing(*store_, rank_, size_, started, 0);
   } catch (const std::exception&) {
   }
-  TS_LOG(WARN) << group_desc_ << ": collective #" << started << " has waited " << waited
-               << " s. " << (missing.empty() ? "Every rank has joined it." : missing);
+  std::ostringstream what;
+  what << group_desc_ << ": collective #" << started << " "
+       << counters_->current_signature() << " has waited " << waited << " s. "
+       << (missing.empty() ? "Every rank has joined it (a slow or stuck transport?)" : missing);
+  if (warn) {
+    warned_seq_ = started;
+    TS_LOG(WARN) << "stall inspector: " << what.str();
+  }
+  if (shut) {
+    shutdown_seq_ = started;
+    on_shutdown_(what.str());
+  }
 }
 
 std::string ProgressMonitor::describe_missing(Store& store, int self, int size, uint64_t seq,

@@ -20,6 +20,8 @@ const std::vector<EnvVar>& registry() {
       {"TORCHELASTIC_USE_AGENT_STORE", nullptr,
        "True when the launcher hosts the store; workers join it as clients"},
       {"TORCHELASTIC_RESTART_COUNT", "0", "how many times the launcher restarted the workers"},
+      {"TORCHELASTIC_ERROR_FILE", nullptr,
+       "where `tessera run` writes a failed job's root cause as JSON (unless --error-file)"},
       {"TORCHELASTIC_RUN_ID", nullptr, "job id set by the launcher"},
       // mpirun (Open MPI).
       {"OMPI_COMM_WORLD_RANK", nullptr, "rank under mpirun"},
@@ -27,6 +29,8 @@ const std::vector<EnvVar>& registry() {
       {"OMPI_COMM_WORLD_LOCAL_RANK", nullptr, "local rank under mpirun"},
       {"OMPI_COMM_WORLD_LOCAL_SIZE", nullptr, "local world size under mpirun"},
       {"OMPI_COMM_WORLD_NODE_RANK", nullptr, "node rank under mpirun"},
+      // Kubernetes (an Indexed Job, one rank per pod).
+      {"JOB_COMPLETION_INDEX", nullptr, "rank of the pod in a Kubernetes Indexed Job"},
       // Slurm (srun).
       {"SLURM_PROCID", nullptr, "rank under srun"},
       {"SLURM_NTASKS", nullptr, "world size under srun"},
@@ -45,8 +49,20 @@ const std::vector<EnvVar>& registry() {
        "seconds between progress heartbeats each rank publishes to the store"},
       {"TESSERA_STALL_WARN", "60",
        "seconds a collective may wait before the ranks that have not joined are logged"},
+      {"TESSERA_STALL_SHUTDOWN", "0",
+       "seconds a collective may wait before it fails as stalled, naming the missing ranks (0: off)"},
+      {"TESSERA_TIMELINE", nullptr,
+       "directory for a Chrome trace per rank and the merged timeline.json (turns the timeline "
+       "on, like the config's timeline section)"},
+      {"TESSERA_WORKER_HEARTBEAT_FILE", nullptr,
+       "set by `tessera run`: the file this worker's heartbeats rewrite (hung-worker detection)"},
+      {"TESSERA_WORKER_HEARTBEAT_INTERVAL", nullptr,
+       "set by `tessera run`: seconds of silence after which the launcher names a worker as hung"},
       {"TESSERA_LAUNCHER", nullptr, "set to 1 by `tessera run` in every worker"},
       {"TESSERA_STORE_ADDR", nullptr, "store address if different from MASTER_ADDR"},
+      {"TESSERA_STORE_PORT", nullptr,
+       "store port if different from MASTER_PORT (`tessera run` sets it: MASTER_PORT is then the "
+       "port of a torch.distributed program's own store)"},
       {"TESSERA_SHM_CHUNK_BYTES", "1048576",
        "shm backend: bytes per rank and pipeline buffer (the all_reduce chunk); same on every rank"},
       {"TESSERA_GLOO_IFACE", nullptr, "network interface Gloo binds (default: host of MASTER_ADDR)"},
@@ -60,6 +76,14 @@ const std::vector<EnvVar>& registry() {
       {"TESSERA_AIO", "auto",
        "offload I/O engine: auto (io_uring when the kernel allows it), uring or posix "
        "(pread/pwrite on a background thread)"},
+      {"TESSERA_PEAK_FLOPS", nullptr,
+       "peak FLOP/s per core for MFU, instead of the one `tessera doctor` measured and recorded"},
+      {"XDG_CACHE_HOME", nullptr,
+       "where `tessera doctor` records the measured peak: $XDG_CACHE_HOME/tessera/peak.json"},
+      {"HOME", nullptr, "without XDG_CACHE_HOME, the peak record is ~/.cache/tessera/peak.json"},
+      {"TESSERA_TEST_KILL_AT_STEP", nullptr,
+       "test hook: RANK:STEP, tessera train's rank RANK SIGKILLs itself after step STEP on the "
+       "launcher's first attempt"},
       {"TESSERA_TEST_GRAD_OVERFLOW", nullptr,
        "test hook: steps (comma-separated, or all) at which tessera train's rank 0 "
        "backpropagates an infinite loss"},

@@ -9,6 +9,7 @@
 #include "tessera/models/activation_checkpoint.h"
 #include "tessera/models/ops/causal_attention.h"
 #include "tessera/models/low_precision.h"
+#include "tessera/models/module_scope.h"
 
 namespace tessera::models {
 
@@ -46,6 +47,7 @@ CausalSelfAttentionImpl::CausalSelfAttentionImpl(const GPTConfig& config)
 }
 
 torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
+  ModuleScope scope(this);
   const int64_t B = x.size(0), T = x.size(1), C = x.size(2);
   auto qkv = linear_lowp(x, c_attn->weight, c_attn->bias);
   const bool dropout_active = is_training() && attn_dropout_p_ > 0;
@@ -92,6 +94,7 @@ GPTMLPImpl::GPTMLPImpl(const GPTConfig& config) {
 }
 
 torch::Tensor GPTMLPImpl::forward(const torch::Tensor& x) {
+  ModuleScope scope(this);
   auto h = linear_lowp(x, c_fc->weight, c_fc->bias);
   if (c_fc->weight.scalar_type() == at::kFloat) {
     h = fp32_island([](const std::vector<torch::Tensor>& in) { return torch::gelu(in[0]); },
@@ -134,6 +137,7 @@ BlockImpl::BlockImpl(const GPTConfig& config) {
 }
 
 torch::Tensor BlockImpl::forward(torch::Tensor x) {
+  ModuleScope scope(this);
   x = x + attn(layer_norm_lowp(ln_1, x));
   return x + mlp(layer_norm_lowp(ln_2, x));
 }
@@ -225,6 +229,7 @@ void for_each_initial_parameter(const GPTConfig& config, const ParameterVisitor&
 }
 
 torch::Tensor GPTImpl::forward(const torch::Tensor& idx) {
+  ModuleScope scope(this);  // the flops profiler's view of the forward (module_scope.h)
   TS_CHECK(idx.dim() == 2, "GPT.forward expects idx of shape [B, T], got ", idx.sizes());
   const int64_t T = idx.size(1);
   TS_CHECK(T >= 1 && T <= config_.block_size, "GPT.forward: sequence length ", T,

@@ -1,4 +1,5 @@
 #include "tessera/runtime/config.h"
+#include "tessera/runtime/observability_config.h"
 
 #include <algorithm>
 #include <cmath>
@@ -20,7 +21,8 @@ const std::vector<std::string> kTopKeys = {
     "seed", "comm_timeout", "data_parallel", "fp16", "bf16", "zero_optimization", "model",
     "data", "train", "tensor_model_parallel_size", "pipeline_model_parallel_size",
     "virtual_pipeline_model_parallel_size", "sequence_parallel", "pipeline_schedule",
-    "pipeline_partition_method", "activation_checkpointing", "communication_data_type", "aio", "local_sgd"};
+    "pipeline_partition_method", "activation_checkpointing", "communication_data_type", "aio", "local_sgd",
+    "timeline", "comms_logger", "tensorboard", "csv_monitor", "flops_profiler"};
 const std::vector<std::string> kOptimizerKeys = {"type", "params"};
 const std::vector<std::string> kOptimizerParams = {
     "lr", "betas", "eps", "weight_decay", "amsgrad", "momentum", "dampening", "nesterov",
@@ -31,7 +33,8 @@ const std::vector<std::string> kSchedulerParams = {
     "warmup_min_ratio", "cos_min_ratio", "last_batch_iteration"};
 const std::vector<std::string> kDataParallelKeys = {"bucket_cap_mb", "find_unused_parameters",
                                                     "broadcast_buffers", "comm_hook", "powersgd",
-                                                    "staleness", "staleness_warmup_steps"};
+                                                    "staleness", "staleness_warmup_steps",
+                                                    "overlap_comm"};
 const std::vector<std::string> kPowerSgdKeys = {
     "matrix_approximation_rank", "start_powersgd_iter", "min_compression_rate",
     "use_error_feedback", "warm_start", "orthogonalization_epsilon", "random_seed"};
@@ -492,6 +495,7 @@ Config Config::from_json(const json& j, const std::string& source) {
     c.data_parallel.find_unused_parameters =
         read_bool(d, "find_unused_parameters", "data_parallel", false);
     c.data_parallel.broadcast_buffers = read_bool(d, "broadcast_buffers", "data_parallel", true);
+    c.data_parallel.overlap_comm = read_bool(d, "overlap_comm", "data_parallel", true);
     c.data_parallel.comm_hook = read_string(d, "comm_hook", "data_parallel", "none");
     const auto& h = c.data_parallel.comm_hook;
     TS_CHECK_T(ConfigError, h == "none" || h == "fp16" || h == "bf16" || h == "powersgd",
@@ -507,6 +511,9 @@ Config Config::from_json(const json& j, const std::string& source) {
                c.data_parallel.staleness_warmup_steps);
   }
   if (j.contains("local_sgd")) parse_local_sgd(j["local_sgd"], c.local_sgd);
+  parse_observability(j, c.timeline, c.comms_logger, c.stall);
+  parse_monitor_config(j, c.monitor);
+  parse_flops_profiler(j, c.flops_profiler);
   c.steps_per_print = read_positive_int(j, "steps_per_print", "", 10);
   c.wall_clock_breakdown = read_bool(j, "wall_clock_breakdown", "", false);
   c.seed = static_cast<uint64_t>(read_int(j, "seed", "", 1234));

@@ -21,6 +21,9 @@
 #include <string>
 #include <vector>
 
+#include "tessera/runtime/monitor/monitor_config.h"
+#include "tessera/runtime/profiling/flops_profiler_config.h"
+
 namespace tessera::runtime {
 
 struct OptimizerConfig {
@@ -69,6 +72,9 @@ struct DataParallelConfig {
   double bucket_cap_mb = 25.0;
   bool find_unused_parameters = false;
   bool broadcast_buffers = true;
+  // Each bucket's all-reduce starts as soon as its gradients are ready (true) or
+  // after backward (false: for measuring what the overlap buys).
+  bool overlap_comm = true;
   std::string comm_hook = "none";  // none | fp16 | bf16 | powersgd
   PowerSgdConfig powersgd;
   // 1: delayed gradient averaging: each step's gradients travel during the next
@@ -179,6 +185,30 @@ struct PrecisionConfig {
   bool enabled() const { return dtype != "fp32"; }
 };
 
+// "timeline" (docs/observability.md): a Chrome trace per rank, merged by rank 0
+// into output_path/timeline.json. TESSERA_TIMELINE=DIR turns it on with DIR.
+struct TimelineConfig {
+  bool enabled = false;
+  std::string output_path;  // "": tessera train's output directory, else ./timeline
+};
+
+// The stall inspector (Horovod's keys, top level; comm/process_group.h): after
+// stall_check_time_seconds a waiting collective is logged with the ranks that
+// have not joined it; after stall_shutdown_time_seconds (0: never) it fails.
+// -1: not in the config (TESSERA_STALL_WARN / TESSERA_STALL_SHUTDOWN apply).
+struct StallConfig {
+  double check_time_seconds = -1;
+  double shutdown_time_seconds = -1;
+};
+
+// DeepSpeed's "comms_logger" section (comm/comms_logger.h).
+struct CommsLoggerConfig {
+  bool enabled = false;
+  bool verbose = false;
+  bool prof_all = true;
+  std::vector<std::string> prof_ops;
+};
+
 struct Config {
   // As written (0: absent); see resolve_batch().
   int64_t train_batch_size = 0;
@@ -194,6 +224,12 @@ struct Config {
   PrecisionConfig precision;
   AioConfig aio;
   LocalSgdConfig local_sgd;
+  TimelineConfig timeline;
+  CommsLoggerConfig comms_logger;
+  StallConfig stall;
+  // DeepSpeed's "tensorboard" and "csv_monitor" sections (runtime/monitor/).
+  MonitorConfig monitor;
+  FlopsProfilerConfig flops_profiler;  // DeepSpeed's "flops_profiler" (docs/observability.md)
   int64_t steps_per_print = 10;
   bool wall_clock_breakdown = false;
   // Collective and store timeout in seconds (0: TESSERA_TIMEOUT, default 300);

@@ -4,6 +4,7 @@
 #include <ATen/SequenceNumber.h>
 #include <torch/csrc/autograd/function.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -12,6 +13,7 @@
 #include "tessera/comm/init.h"
 #include "tessera/core/check.h"
 #include "tessera/core/logging.h"
+#include "tessera/core/worker_heartbeat.h"
 #include "tessera/runtime/ddp/flat_params.h"
 #include "tessera/runtime/grad_clip.h"
 #include "tessera/runtime/optimizer_factory.h"
@@ -57,6 +59,7 @@ ddp::DdpOptions ddp_options(const Config& config) {
   o.bucket_cap_mb = c.bucket_cap_mb;
   o.find_unused_parameters = c.find_unused_parameters;
   o.broadcast_buffers = c.broadcast_buffers;
+  o.overlap_comm = c.overlap_comm;
   const std::string wire = wire_dtype(config);
   o.comm_hook = ddp::parse_comm_hook(wire == "fp32" ? "none" : wire);
   const PowerSgdConfig& p = c.powersgd;
@@ -136,6 +139,9 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, Config config,
   TS_CHECK_T(ConfigError, !user_optimizer || !config_.optimizer.present,
              "the config has an \"optimizer\" section and an optimizer was passed to "
              "tessera::initialize as well; remove one of them");
+  const auto& ranks = group_->global_ranks();
+  observability_ = std::make_unique<Observability>(
+      config_, ranks[group_->rank()], std::max(context_world_size(), group_->size()));
   for (const auto& b : module_->buffers()) buffers_.push_back(b);
   scaler_ = make_scaler(config_.precision);
   if (config_.zero.stage == 0) {
@@ -299,6 +305,8 @@ void Engine::backward(const at::Tensor& loss) {
   const double factor = loss_scale() / static_cast<double>(ga);
   const at::Tensor scaled = factor != 1.0 ? loss * factor : loss;
   const auto start = Clock::now();
+  trace::Scope span("backward");
+  heartbeat::beat("backward");
   const bool boundary = is_gradient_accumulation_boundary();
   if (zero_) {
     zero_->backward(scaled, boundary);
@@ -377,6 +385,8 @@ bool Engine::step() {
   TS_CHECK(step_pending_, "Engine::step called twice after one backward(); run forward and "
            "backward for the next batch first");
   const auto start = Clock::now();
+  trace::Scope span("optimizer step");
+  heartbeat::beat("optimizer step");
   last_step_skipped_ = scaler_ && !gradients_finite();
   if (last_step_skipped_) {
     zero_grad();
@@ -524,6 +534,12 @@ std::shared_ptr<comm::ProcessGroup> group_or_default(std::shared_ptr<comm::Proce
   if (!is_initialized()) {
     InitOptions options;
     if (config.comm_timeout > 0) options.timeout_seconds = config.comm_timeout;
+    if (config.stall.check_time_seconds >= 0) {
+      options.stall_warn_seconds = config.stall.check_time_seconds;
+    }
+    if (config.stall.shutdown_time_seconds >= 0) {
+      options.stall_shutdown_seconds = config.stall.shutdown_time_seconds;
+    }
     init(options);
   }
   return default_group();

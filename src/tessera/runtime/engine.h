@@ -66,11 +66,13 @@
 
 #include "tessera/comm/process_group.h"
 #include "tessera/core/check.h"
+#include "tessera/core/trace.h"
 #include "tessera/runtime/config.h"
 #include "tessera/runtime/ddp/delayed_averaging.h"
 #include "tessera/runtime/ddp/distributed_data_parallel.h"
 #include "tessera/runtime/lr_schedules.h"
 #include "tessera/runtime/named_params.h"
+#include "tessera/runtime/observability.h"
 #include "tessera/runtime/offload/nvme_offload.h"
 #include "tessera/runtime/optimizer_factory.h"
 #include "tessera/runtime/precision/loss_scaler.h"
@@ -146,6 +148,7 @@ class Engine {
                "Engine::forward needs the engine to be built with tessera::initialize(holder) "
                "from a module holder with one forward(); call the module's forward directly");
     const auto start = Clock::now();
+    trace::Scope span("forward");
     Return out = forward_module_->forward<Return>(std::forward<Args>(args)...);
     if (config_.wall_clock_breakdown) window_.forward_ms += ms_since(start);
     return out;
@@ -220,6 +223,13 @@ class Engine {
   MemoryStats memory_stats() const;
   // What the group has sent so far (comm_stats.h); subtract two snapshots for a step.
   comm::CommStats comm_stats() const { return group_->comm_stats(); }
+  // The comms logger's table of this rank's operations so far (every group of
+  // this rank, comm/comms_logger.h); empty unless the config's comms_logger is on.
+  comm::CommSummary comm_summary() const { return observability_->comm_summary(); }
+  // The timeline and the comms logger this engine runs (observability.h). The
+  // destructor closes the timeline; call observability().finish_timeline() to
+  // close it earlier and learn where rank 0 wrote the merged trace.
+  Observability& observability() { return *observability_; }
   torch::optim::Optimizer& optimizer() { return *optimizer_; }
   // The nvme offload (zero_optimization.offload_optimizer.device nvme), or null.
   const offload::NvmeOffload* offload() const { return offload_.get(); }
@@ -259,6 +269,9 @@ class Engine {
   // local_sgd: every rank's parameters := their average (collective).
   void average_parameters();
 
+  // First, so destroyed last: the timeline closes after every member below has
+  // finished communicating. Built in the constructor's body.
+  std::unique_ptr<Observability> observability_;
   Config config_;
   std::shared_ptr<comm::ProcessGroup> group_;
   std::shared_ptr<torch::nn::Module> module_;

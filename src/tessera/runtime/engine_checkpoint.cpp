@@ -156,6 +156,7 @@ StagedZeroState stage_zero_state(const zero::ZeroDataParallel& z, torch::nn::Mod
 
 std::string Engine::save_checkpoint(const std::string& dir, const json& client_state,
                                     int keep_last) {
+  trace::Scope span("save checkpoint", "checkpoint");
   synchronize_parameters();  // delayed averaging: save the model every rank agrees on
   checkpoint::CheckpointState state;
   if (zero_) {
@@ -189,6 +190,7 @@ std::string Engine::save_checkpoint(const std::string& dir, const json& client_s
 }
 
 json Engine::load_checkpoint(const std::string& dir) {
+  trace::Scope span("load checkpoint", "checkpoint");
   synchronize_parameters();  // nothing in flight while the parameters are replaced
   auto coordinator = checkpoint::make_group_coordinator(group_);
   const std::string chosen = agree_on_step(dir, *coordinator);

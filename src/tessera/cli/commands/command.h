@@ -21,6 +21,8 @@ int doctor_command(const Args& args);  // tessera doctor: build and environment 
 int train_command(const Args& args);   // tessera train: data-parallel GPT training
 int data_command(const Args& args);    // tessera data: prepare token files
 int ckpt_command(const Args& args);    // tessera ckpt: inspect and consolidate checkpoints
+int plan_command(const Args& args);    // tessera plan: parallel layouts, step time and cost
+int plot_command(const Args& args);    // tessera plot: loss curves of a run as an SVG
 
 // All subcommands, in the order `tessera --help` lists them.
 const std::vector<Command>& commands();

@@ -10,6 +10,10 @@ const std::vector<Command>& commands() {
       {"data", "dataset tools: prepare llm.c .bin token files from text", data_command},
       {"ckpt", "checkpoint tools: info, consolidate into one torch.load state dict",
        ckpt_command},
+      {"plot", "draw a run's loss, lr and throughput curves from metrics.jsonl as an SVG",
+       plot_command},
+      {"plan", "parallel layouts for a model on a cluster: memory, step time, cost",
+       plan_command},
       {"doctor", "report the build, backends and environment variables", doctor_command},
   };
   return table;

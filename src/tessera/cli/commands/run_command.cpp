@@ -6,12 +6,15 @@
 #include <vector>
 
 #include "tessera/cli/commands/command.h"
+#include "tessera/cli/launcher/error_file.h"
 #include "tessera/cli/launcher/failure_summary.h"
+#include "tessera/cli/launcher/hang_watch.h"
 #include "tessera/cli/launcher/launch_options.h"
 #include "tessera/cli/launcher/output_relay.h"
 #include "tessera/cli/launcher/supervisor.h"
 #include "tessera/cli/launcher/worker_env.h"
 #include "tessera/cli/launcher/worker_process.h"
+#include "tessera/comm/base/socket_util.h"
 #include "tessera/comm/base/tcp_store.h"
 #include "tessera/core/check.h"
 #include "tessera/core/env.h"
@@ -46,6 +49,21 @@ std::vector<std::unique_ptr<WorkerProcess>> start_workers(const LaunchOptions& o
   return workers;
 }
 
+// MASTER_PORT for a torch.distributed program, whose rank 0 binds its own
+// store there: the port after Tessera's store (every node computes the same),
+// or, on one node with --master-port 0, another free port.
+int torch_program_port(const LaunchOptions& o, int store_port) {
+  if (o.master_port != 0) {
+    TS_CHECK_T(ConfigError, o.master_port < 65535, "--master-port ", o.master_port,
+               " leaves no port after it for torch.distributed programs (MASTER_PORT is the "
+               "next one); use a lower port");
+    return o.master_port + 1;
+  }
+  comm::net::Socket probe = comm::net::listen_tcp(o.master_addr, 0);
+  const int port = comm::net::local_port(probe.fd());
+  return port != store_port ? port : 0;
+}
+
 void print_to_stderr(const std::string& text) {
   std::fputs(text.c_str(), stderr);
   std::fflush(stderr);
@@ -60,12 +78,16 @@ int launch(const LaunchOptions& o) {
   // Handlers first: a Ctrl-C from here on tears the job down instead of
   // killing the launcher mid-start.
   Supervisor supervisor(o.grace_period);
+  HangWatch hang_watch(o.heartbeat_timeout, o.stall_shutdown);
+  job.heartbeat_prefix = hang_watch.file_prefix();
+  job.heartbeat_timeout = o.heartbeat_timeout;
   std::unique_ptr<comm::TcpStoreServer> store;
   if (o.node_rank == 0) {
     // Binds before any worker starts, so a busy port fails the launch cleanly.
     store = std::make_unique<comm::TcpStoreServer>(o.master_addr, o.master_port, job.token);
     job.master_port = store->port();
   }
+  job.torch_port = torch_program_port(o, job.master_port);
   TS_LOG(DEBUG) << "tessera run: " << o.nproc_per_node << " workers on node " << o.node_rank
                 << " of " << o.nnodes << ", store " << o.master_addr << ":" << job.master_port;
 
@@ -82,12 +104,18 @@ int launch(const LaunchOptions& o) {
       store = std::make_unique<comm::TcpStoreServer>(o.master_addr, job.master_port, job.token);
     }
     job.restart_count = attempt;
+    hang_watch.new_round();
     auto workers = start_workers(o, job);
-    RoundResult result = supervisor.supervise(workers, relay);
+    RoundResult result = supervisor.supervise(workers, relay, &hang_watch);
     workers.clear();
     if (result.success) return 0;
     print_to_stderr(format_failure_summary(result, relay));
-    if (result.launcher_signal != 0 || attempt >= o.max_restarts) return round_exit_code(result);
+    if (result.launcher_signal != 0 || attempt >= o.max_restarts) {
+      const auto env_file = env::get("TORCHELASTIC_ERROR_FILE");
+      write_error_file(!o.error_file.empty() ? o.error_file : env_file ? *env_file : "", result,
+                       relay, attempt);
+      return round_exit_code(result);
+    }
     print_to_stderr("tessera run: restarting all workers (restart " + std::to_string(attempt + 1) +
                     " of " + std::to_string(o.max_restarts) + ")\n");
   }

@@ -41,6 +41,8 @@ class TrainBackend {
   virtual double train_step(TrainData& data) = 0;
   // The mean over the job of every rank's `local` value from train_step (collective).
   virtual double mean_over_job(double local) = 0;
+  // Whether `local` is true on any rank of the job (collective).
+  virtual bool any_rank(bool local) = 0;
   // Held-out loss over `iters` micro-batches per replica (collective); -1 without held-out data.
   virtual double evaluate(TrainData& data, int64_t iters) = 0;
   virtual void save(const std::string& dir, const nlohmann::json& client_state, int keep_last) = 0;
@@ -57,6 +59,8 @@ class TrainBackend {
   virtual int64_t skipped_steps() const { return 0; }
   virtual runtime::MemoryStats memory_stats() const = 0;
   virtual comm::CommStats comm_stats() const = 0;
+  // The engine's timeline and comms logger (runtime/observability.h).
+  virtual runtime::Observability& observability() = 0;
   // "ZeRO stage 1", "tp2 x dp1 x pp2, 1f1b": for the startup and memory lines.
   virtual std::string describe() const = 0;
   virtual int rank() const = 0;

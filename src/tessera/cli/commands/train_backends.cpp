@@ -11,6 +11,7 @@
 #include "tessera/comm/init.h"
 #include "tessera/core/check.h"
 #include "tessera/core/env.h"
+#include "tessera/core/trace.h"
 #include "tessera/data/byte_text_dataset.h"
 #include "tessera/parallel/topology.h"
 #include "tessera/runtime/model_parallel/model_parallel_engine.h"
@@ -21,10 +22,20 @@ namespace {
 void join_job(const runtime::Config& cfg) {
   InitOptions init_options;
   if (cfg.comm_timeout > 0) init_options.timeout_seconds = cfg.comm_timeout;
+  if (cfg.stall.check_time_seconds >= 0) init_options.stall_warn_seconds = cfg.stall.check_time_seconds;
+  if (cfg.stall.shutdown_time_seconds >= 0) {
+    init_options.stall_shutdown_seconds = cfg.stall.shutdown_time_seconds;
+  }
   init(init_options);
   // Per-rank seed: dropout masks differ between ranks like in any DDP job.
   torch::manual_seed(cfg.seed + static_cast<uint64_t>(default_group()->rank()));
   at::set_num_threads(1);
+}
+
+bool any_of_group(comm::ProcessGroup& group, bool local) {
+  auto flag = at::full({1}, local ? 1 : 0, at::kInt);
+  group.all_reduce(flag, comm::ReduceOp::kMax)->wait();
+  return flag.item<int>() != 0;
 }
 
 void print_sample(const at::Tensor& out) {
@@ -82,7 +93,11 @@ class DataParallelBackend : public TrainBackend {
     const bool inject = group_->rank() == 0 && overflow_steps_.hits(engine_.global_steps() + 1);
     for (int64_t m = 0; m < accum_; ++m) {
       auto [x, y] = data.next_batch(micro_);
-      auto loss = model_->loss(x, y);
+      at::Tensor loss;
+      {
+        trace::Scope span("forward");
+        loss = model_->loss(x, y);
+      }
       // Test hook: an inf in this rank's gradients (the reported loss stays finite).
       engine_.backward(inject ? loss * std::numeric_limits<double>::infinity() : loss);
       engine_.step();
@@ -95,9 +110,11 @@ class DataParallelBackend : public TrainBackend {
     group_->all_reduce(t, comm::ReduceOp::kAvg)->wait();
     return t.item<double>();
   }
+  bool any_rank(bool local) override { return any_of_group(*group_, local); }
   double evaluate(TrainData& data, int64_t iters) override {
     if (!data.has_val()) return -1;
     engine_.synchronize_parameters();  // delayed averaging: evaluate the consensus
+    trace::Scope span("evaluate");
     at::NoGradGuard no_grad;
     model_->eval();
     double sum = 0;
@@ -128,6 +145,7 @@ class DataParallelBackend : public TrainBackend {
   int64_t skipped_steps() const override { return engine_.skipped_steps(); }
   runtime::MemoryStats memory_stats() const override { return engine_.memory_stats(); }
   comm::CommStats comm_stats() const override { return engine_.comm_stats(); }
+  runtime::Observability& observability() override { return engine_.observability(); }
   std::string describe() const override { return c10::str("ZeRO stage ", engine_.zero_stage()); }
   int rank() const override { return group_->rank(); }
   int world() const override { return group_->size(); }
@@ -152,6 +170,7 @@ class ModelParallelBackend : public TrainBackend {
     return engine_.train_step(x, y);        // already the global mean
   }
   double mean_over_job(double local) override { return local; }
+  bool any_rank(bool local) override { return any_of_group(*engine_.mesh().world(), local); }
   double evaluate(TrainData& data, int64_t iters) override {
     if (!data.has_val()) return -1;
     std::vector<at::Tensor> xs, ys;
@@ -160,6 +179,7 @@ class ModelParallelBackend : public TrainBackend {
       xs.push_back(x);
       ys.push_back(y);
     }
+    trace::Scope span("evaluate");
     return engine_.evaluate(at::cat(xs), at::cat(ys));
   }
   void save(const std::string& dir, const nlohmann::json& client, int keep_last) override {
@@ -179,6 +199,7 @@ class ModelParallelBackend : public TrainBackend {
   int64_t num_parameters() const override { return engine_.num_parameters(); }
   runtime::MemoryStats memory_stats() const override { return engine_.memory_stats(); }
   comm::CommStats comm_stats() const override { return engine_.comm_stats(); }
+  runtime::Observability& observability() override { return engine_.observability(); }
   std::string describe() const override {
     return engine_.mesh().topology().describe() + ", " +
            engine_.config().model_parallel.pipeline_schedule;

@@ -3,13 +3,15 @@
 // pipeline_model_parallel_size (train_backend.h), in every worker of a job
 // (`tessera run -n 2 tessera train --config gpt.json`) or alone.
 //
-// Rank 0 prints a progress line (step, loss, lr, tokens/s, ETA), evaluates on the
-// held-out split every train.eval_interval steps, appends metrics as JSON lines,
+// Rank 0 prints a progress line (step, loss, lr, tokens/s, TFLOP/s and MFU per
+// rank: train_flops.h, ETA), evaluates on the
+// held-out split every train.eval_interval steps, appends metrics as JSON lines
+// (and to the TensorBoard and CSV monitors the config enables: train_monitor.h),
 // checkpoints every train.checkpoint_interval steps and at the end (out_dir/
 // step_<N> in the checkpoint module's layout, out_dir/latest naming the newest
-// complete one, the two newest kept), and prints a
-// generated text sample at the end. --resume continues from out_dir/latest:
-// model, optimizer, schedule, step, RNG and the sampler's position.
+// complete one, the two newest kept), and prints a generated text sample and
+// draws out_dir/loss.svg (loss_plot.h) at the end. --resume continues from
+// out_dir/latest: model, optimizer, schedule, step, RNG and the sampler's position.
 // Every config problem (unknown key, batch arithmetic, missing data, bad sizes)
 // is raised before the first step.
 #include <CLI/CLI.hpp>
@@ -17,20 +19,27 @@
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 
 #include "tessera/cli/commands/command.h"
+#include "tessera/cli/commands/loss_plot.h"
 #include "tessera/cli/commands/parse_args.h"
+#include "tessera/cli/commands/preemption.h"
 #include "tessera/cli/commands/train_backend.h"
+#include "tessera/cli/commands/train_observability.h"
 #include "tessera/cli/commands/train_data.h"
 #include "tessera/cli/commands/train_digits.h"
+#include "tessera/cli/commands/train_flops.h"
+#include "tessera/cli/commands/train_monitor.h"
 #include "tessera/cli/commands/train_settings.h"
 #include "tessera/checkpoint/checkpoint_reader.h"
 #include "tessera/comm/init.h"
 #include "tessera/core/check.h"
+#include "tessera/core/env.h"
 
 namespace tessera::cli {
 namespace {
@@ -76,16 +85,19 @@ std::string format_eta(double seconds) {
 
 class MetricsLog {
  public:
-  MetricsLog(const std::string& path, bool active) {
+  // Every record also goes to `monitor` (TensorBoard, CSV; train_monitor.h).
+  MetricsLog(const std::string& path, bool active, TrainMonitor& monitor) : monitor_(monitor) {
     if (active) out_.open(path, std::ios::app);
     TS_CHECK_T(ConfigError, !active || out_.good(), "cannot write metrics file '", path, "'");
   }
   void write(const nlohmann::json& row) {
     if (out_.is_open()) out_ << row.dump() << std::endl;
+    monitor_.write(row);
   }
 
  private:
   std::ofstream out_;
+  TrainMonitor& monitor_;
 };
 
 // One line with what this rank holds (memory_stats), e.g. at startup.
@@ -122,6 +134,20 @@ void save(TrainBackend& backend, TrainData& data, const std::string& out_dir) {
                kKeepCheckpoints);
 }
 
+// TESSERA_TEST_KILL_AT_STEP=R:S: rank R SIGKILLs itself after step S (and its
+// checkpoint, if one is due), unless the launcher has restarted it. {-1, -1}: unset.
+std::pair<int, int64_t> parse_kill_at_step() {
+  const auto v = env::get("TESSERA_TEST_KILL_AT_STEP");
+  if (!v) return {-1, -1};
+  const auto colon = v->find(':');
+  try {
+    TS_CHECK(colon != std::string::npos, "");
+    return {std::stoi(v->substr(0, colon)), std::stoll(v->substr(colon + 1))};
+  } catch (const std::exception&) {
+    TS_THROW(ConfigError, "TESSERA_TEST_KILL_AT_STEP='", *v, "': use RANK:STEP, e.g. 1:13");
+  }
+}
+
 }  // namespace
 
 int train_command(const Args& args) {
@@ -152,14 +178,28 @@ int train_command(const Args& args) {
   if (f.steps > 0) s.steps = f.steps;
   if (!f.out.empty()) s.out_dir = f.out;
   const LaunchInfo launch = LaunchInfo::from_env();
+  // A worker its launcher restarted after a failure resumes on its own, as if
+  // given --resume; a fresh run never writes older steps over newer ones.
+  const bool restarted = env::get_int("TORCHELASTIC_RESTART_COUNT") > 0;
+  const bool resume = f.resume || restarted;
+  const std::pair<int, int64_t> kill_at = parse_kill_at_step();
+  if (!resume) {
+    const auto existing = checkpoint::list_steps(s.out_dir);
+    TS_CHECK_T(ConfigError, existing.empty(), s.out_dir, " holds checkpoints of an earlier run (up "
+               "to step ", existing.empty() ? 0 : existing.back(), "): pass --resume to continue "
+               "it, or choose another --out (a fresh run would write older steps over them)");
+  }
   const DataShard shard = check_train_layout(cfg, s, launch.world_size, launch.rank);
   TrainData data(s, shard.replicas, shard.replica, cfg.seed);
 
+  default_timeline_dir(cfg, s.out_dir);
   std::unique_ptr<TrainBackend> backend = make_train_backend(cfg, s);
+  TrainObservability observability(*backend);
+  PreemptionGuard preemption;
   const int rank = backend->rank();
   const bool rank0 = rank == 0;
   if (rank0) fs::create_directories(s.out_dir);
-  if (f.resume) {
+  if (resume) {
     // Every rank sees the same directory; load agrees on the step.
     if (!checkpoint::list_steps(s.out_dir).empty()) {
       auto client = backend->load(s.out_dir);
@@ -193,7 +233,10 @@ int train_command(const Args& args) {
                 s.data_path.c_str(), static_cast<long long>(data.train().num_tokens()));
   }
   if (rank0) log_memory(*backend, "at startup");
-  MetricsLog metrics(s.out_dir + "/" + s.metrics, rank0);
+  TrainFlops flops(cfg, s, backend->world(), rank0);  // FLOP/s, MFU, flops_profiler
+  flops.print_startup(backend->global_steps());
+  TrainMonitor monitor(cfg, s.out_dir, rank);
+  MetricsLog metrics(s.out_dir + "/" + s.metrics, rank0, monitor);
   const bool tty = rank0 && isatty(fileno(stdout));
   auto window_start = Clock::now();
   const auto run_start = Clock::now();
@@ -204,7 +247,9 @@ int train_command(const Args& args) {
   uint64_t window_bytes = 0;  // and during the steps since the last print
   while (backend->global_steps() < s.steps) {
     const auto comm_before = backend->comm_stats();
+    flops.before_step(backend->global_steps() + 1);
     loss_sum += backend->train_step(data);
+    flops.after_step(backend->global_steps());
     ++loss_count;
     const int64_t step = backend->global_steps();
     comm_bytes = comm::CommStats::difference(backend->comm_stats(), comm_before).total_bytes();
@@ -216,11 +261,13 @@ int train_command(const Args& args) {
       const double tok_s = tokens_per_step * static_cast<double>(loss_count) / secs;
       const double per_step = std::chrono::duration<double>(Clock::now() - run_start).count() /
                               static_cast<double>(step - first_step);
+      nlohmann::json flops_fields = nlohmann::json::object();  // tflops, mfu
+      const std::string flops_text = flops.annotate(flops_fields);
       if (rank0) {
-        std::printf("%sstep %5lld/%lld | loss %.4f | lr %.2e | %.0f tok/s | ETA %s%s",
+        std::printf("%sstep %5lld/%lld | loss %.4f | lr %.2e | %.0f tok/s%s | ETA %s%s",
                     tty ? "\r" : "", static_cast<long long>(step), static_cast<long long>(s.steps),
-                    loss, backend->lr(), tok_s, format_eta(per_step * (s.steps - step)).c_str(),
-                    tty ? "   " : "\n");
+                    loss, backend->lr(), tok_s, flops_text.c_str(),
+                    format_eta(per_step * (s.steps - step)).c_str(), tty ? "   " : "\n");
         std::fflush(stdout);
       }
       nlohmann::json record = {{"step", step}, {"loss", loss}, {"lr", backend->lr()},
@@ -228,6 +275,7 @@ int train_command(const Args& args) {
                                {"comm_bytes", comm_bytes},
                                {"comm_bytes_per_step",
                                 static_cast<double>(window_bytes) / static_cast<double>(loss_count)}};
+      record.update(flops_fields);
       if (cfg.precision.dtype == "fp16") {
         record["loss_scale"] = backend->loss_scale();
         record["skipped_steps"] = backend->skipped_steps();
@@ -247,14 +295,39 @@ int train_command(const Args& args) {
         metrics.write({{"step", step}, {"val_loss", val}});
       }
     }
-    if ((s.checkpoint_interval > 0 && step % s.checkpoint_interval == 0) || last) {
-      save(*backend, data, s.out_dir);
+    const bool due = (s.checkpoint_interval > 0 && step % s.checkpoint_interval == 0) || last;
+    if (due) save(*backend, data, s.out_dir);
+    // Preemption: every rank stops after the same step once any rank got SIGTERM
+    // or SIGINT, with a checkpoint of that step.
+    if (!last && backend->any_rank(PreemptionGuard::received() != 0)) {
+      const int sig = PreemptionGuard::received() != 0 ? PreemptionGuard::received() : SIGTERM;
+      if (s.checkpoint_on_preempt && !due) save(*backend, data, s.out_dir);
+      if (rank0) {
+        std::printf("%spreempted (%s) after step %lld: %s\n", tty ? "\n" : "",
+                    sig == SIGINT ? "SIGINT" : "SIGTERM", static_cast<long long>(step),
+                    s.checkpoint_on_preempt ? ("checkpoint " + s.out_dir + "/step_" +
+                                               std::to_string(step) + " written; --resume continues")
+                                                  .c_str()
+                                            : "no checkpoint (train.checkpoint_on_preempt is false)");
+        std::fflush(stdout);
+      }
+      observability.report();
+      backend.reset();
+      shutdown();
+      return 128 + sig;
+    }
+    if (!restarted && kill_at.first == rank && kill_at.second == step) {
+      std::fflush(stdout);
+      std::raise(SIGKILL);  // test hook: a worker lost mid-run, on the first attempt only
     }
   }
   if (s.sample_length > 0 && s.model.vocab_size == 256) {
     backend->sample(s.sample_prompt, s.sample_length, cfg.seed);
   }
+  if (rank0) write_run_plot(s.out_dir, s.metrics);
+  flops.print_summary();
   if (rank0) std::fflush(stdout);
+  observability.report();
   backend.reset();
   shutdown();
   return 0;

@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "tessera/cli/commands/loss_plot.h"
+#include "tessera/cli/commands/train_monitor.h"
 #include "tessera/comm/init.h"
 #include "tessera/core/check.h"
 #include "tessera/data/digits_dataset.h"
@@ -116,6 +118,7 @@ void run(const runtime::Config& cfg, const DigitsSettings& s, const data::Digits
   }
   std::ofstream metrics;
   if (rank0) metrics.open(s.out_dir + "/" + s.metrics, std::ios::app);
+  TrainMonitor monitor(c, s.out_dir, group->rank());  // TensorBoard, CSV (train_monitor.h)
   auto window = std::chrono::steady_clock::now();
   double loss_sum = 0;
   int64_t loss_count = 0;
@@ -143,9 +146,11 @@ void run(const runtime::Config& cfg, const DigitsSettings& s, const data::Digits
                     static_cast<long long>(step), static_cast<long long>(s.steps),
                     mean.item<double>(), engine.lr(), images / secs);
         std::fflush(stdout);
-        metrics << nlohmann::json{{"step", step}, {"loss", mean.item<double>()}, {"lr", engine.lr()},
-                                  {"comm_bytes", sent}, {"images_per_s", images / secs}}.dump()
-                << std::endl;
+        const nlohmann::json record = {{"step", step}, {"loss", mean.item<double>()},
+                                       {"lr", engine.lr()}, {"comm_bytes", sent},
+                                       {"images_per_s", images / secs}};
+        metrics << record.dump() << std::endl;
+        monitor.write(record);
       }
       loss_sum = 0;
       loss_count = 0;
@@ -156,8 +161,11 @@ void run(const runtime::Config& cfg, const DigitsSettings& s, const data::Digits
   if (rank0) {
     std::printf("test accuracy %.4f (%lld images)\n", accuracy, static_cast<long long>(test.size()));
     std::fflush(stdout);
-    metrics << nlohmann::json{{"step", engine.global_steps()}, {"test_accuracy", accuracy}}.dump()
-            << std::endl;
+    const nlohmann::json record = {{"step", engine.global_steps()}, {"test_accuracy", accuracy}};
+    metrics << record.dump() << std::endl;
+    monitor.write(record);
+    metrics.close();
+    write_run_plot(s.out_dir, s.metrics);
   }
   engine.save_checkpoint(s.out_dir, nlohmann::json::object(), 2);
 }

@@ -97,7 +97,8 @@ TrainSettings TrainSettings::from_config(const runtime::Config& cfg) {
   const auto& t = cfg.train;
   const std::string w = "train";
   check_known_keys(t, {"steps", "eval_interval", "eval_iters", "checkpoint_interval", "out_dir",
-                       "metrics", "sample_length", "sample_prompt"}, w);
+                       "metrics", "sample_length", "sample_prompt", "checkpoint_on_preempt"}, w);
+  s.checkpoint_on_preempt = read_bool(t, "checkpoint_on_preempt", w, s.checkpoint_on_preempt);
   s.steps = read_positive_int(t, "steps", w, s.steps);
   s.eval_interval = read_int(t, "eval_interval", w, s.eval_interval);
   s.eval_iters = read_positive_int(t, "eval_iters", w, s.eval_iters);

@@ -27,6 +27,8 @@ struct TrainSettings {
   int64_t eval_interval = 100;   // 0: only at the end
   int64_t eval_iters = 10;
   int64_t checkpoint_interval = 100;  // 0: only at the end
+  // SIGTERM/SIGINT: finish the step, save a checkpoint (if true), exit 128 + signal.
+  bool checkpoint_on_preempt = true;
   std::string out_dir = "tessera_out";
   std::string metrics = "metrics.jsonl";  // relative to out_dir
   int64_t sample_length = 200;  // 0: no sample

@@ -47,6 +47,9 @@ std::string format_failure_summary(const RoundResult& result, const OutputRelay&
     out << "tessera run: first failure: rank " << w.rank << " (local rank " << w.local_rank
         << ", pid " << w.pid << ") " << describe_exit(w) << " after "
         << seconds_text(w.seconds) << "\n";
+    if (!w.hung.empty()) {
+      out << "tessera run: it was stopped as hung: " << w.hung << "\n";
+    }
   }
   if (result.launcher_signal != 0) {
     out << "tessera run: the launcher received " << signal_name(result.launcher_signal)

@@ -10,7 +10,10 @@ namespace tessera::cli {
 namespace {
 
 // Every flag that takes a value, under each spelling users bring from torchrun.
-enum class Flag { kNproc, kNnodes, kNodeRank, kAddr, kPort, kLogDir, kRestarts, kGrace, kRunId };
+enum class Flag {
+  kNproc, kNnodes, kNodeRank, kAddr, kPort, kLogDir, kRestarts, kGrace, kRunId,
+  kHeartbeat, kStallShutdown, kErrorFile
+};
 
 struct FlagName {
   const char* name;
@@ -27,6 +30,9 @@ const FlagName kValueFlags[] = {
     {"--max-restarts", Flag::kRestarts}, {"--max_restarts", Flag::kRestarts},
     {"--grace-period", Flag::kGrace},   {"--grace_period", Flag::kGrace},
     {"--run-id", Flag::kRunId},         {"--run_id", Flag::kRunId},
+    {"--heartbeat-timeout", Flag::kHeartbeat}, {"--heartbeat_timeout", Flag::kHeartbeat},
+    {"--stall-shutdown", Flag::kStallShutdown}, {"--stall_shutdown", Flag::kStallShutdown},
+    {"--error-file", Flag::kErrorFile}, {"--error_file", Flag::kErrorFile},
 };
 
 const FlagName* find_flag(const std::string& name) {
@@ -97,6 +103,16 @@ void apply(LaunchOptions& o, Flag flag, const std::string& name, const std::stri
       TS_CHECK_T(ConfigError, !value.empty(), name, " expects an id, got ''");
       o.run_id = value;
       break;
+    case Flag::kHeartbeat:
+      o.heartbeat_timeout = parse_seconds(name, value);
+      break;
+    case Flag::kStallShutdown:
+      o.stall_shutdown = parse_seconds(name, value);
+      break;
+    case Flag::kErrorFile:
+      TS_CHECK_T(ConfigError, !value.empty(), name, " expects a file path, got ''");
+      o.error_file = value;
+      break;
   }
 }
 
@@ -106,6 +122,8 @@ void validate(const LaunchOptions& o) {
   TS_CHECK_T(ConfigError, !o.program.empty(),
              "no program given (usage: tessera run [options] PROGRAM [ARGS...])");
   TS_CHECK_T(ConfigError, !o.program[0].empty(), "the program name is empty");
+  TS_CHECK_T(ConfigError, o.stall_shutdown == 0 || o.heartbeat_timeout > 0,
+             "--stall-shutdown needs hung-worker detection: --heartbeat-timeout must be > 0");
   TS_CHECK_T(ConfigError, o.nnodes == 1 || o.master_port != 0,
              "--master-port 0 only works on one node: with --nnodes ", o.nnodes,
              " every node must be told the same port");
@@ -177,6 +195,12 @@ std::string launch_usage() {
          "  --max-restarts N        restart all workers after a failure, up to N times (default 0)\n"
          "  --grace-period S        seconds between SIGTERM and SIGKILL at teardown (default 5)\n"
          "  --run-id ID             job id passed as TORCHELASTIC_RUN_ID (default none)\n"
+         "  --heartbeat-timeout S   name a live worker silent for S seconds as hung (default 60;\n"
+         "                          0: off)\n"
+         "  --stall-shutdown S      stop the job when a worker has been hung for S seconds\n"
+         "                          (default 0: only name it)\n"
+         "  --error-file PATH       on failure, write the root cause as JSON in torchrun's layout\n"
+         "                          (default: TORCHELASTIC_ERROR_FILE when set)\n"
          "  -h, --help              show this help\n"
          "\n"
          "Multi-node: export the same TESSERA_JOB_TOKEN on every node. See docs/launcher.md.\n";

@@ -27,6 +27,12 @@ struct LaunchOptions {
   int max_restarts = 0;     // restart all workers after a failure, up to this many times
   double grace_period = 5.0;  // seconds between SIGTERM and SIGKILL at teardown
   std::string run_id = "none";
+  // Hung workers (hang_watch.h): a live worker silent this long is named (0: off);
+  // stall_shutdown > 0 stops the job once one has been silent that long.
+  double heartbeat_timeout = 60.0;
+  double stall_shutdown = 0.0;
+  // Where a failed job's root cause goes (error_file.h); "": TORCHELASTIC_ERROR_FILE.
+  std::string error_file;
   bool help = false;
   std::vector<std::string> program;  // PROGRAM then its ARGS
 

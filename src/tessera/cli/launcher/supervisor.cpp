@@ -53,8 +53,9 @@ std::vector<int> drain_signal_pipe() {
 // One round's state machine; split out so each step stays short.
 class Round {
  public:
-  Round(std::vector<std::unique_ptr<WorkerProcess>>& workers, OutputRelay& relay, double grace)
-      : workers_(workers), relay_(relay), grace_(grace) {
+  Round(std::vector<std::unique_ptr<WorkerProcess>>& workers, OutputRelay& relay, double grace,
+        HangWatch* hang_watch)
+      : workers_(workers), relay_(relay), grace_(grace), hang_watch_(hang_watch) {
     result_.workers.resize(workers.size());
   }
 
@@ -62,6 +63,7 @@ class Round {
     while (true) {
       handle_signals(drain_signal_pipe());
       reap();
+      check_hung();
       if (kill_at_ && Clock::now() >= *kill_at_) kill_all();
       if (running() == 0) break;
       pump(kPollMs);
@@ -137,6 +139,20 @@ class Round {
     }
   }
 
+  void check_hung() {
+    if (!hang_watch_ || tearing_down_) return;
+    std::string reason;
+    const int hung = hang_watch_->check(workers_, &reason);
+    if (hung < 0) return;
+    WorkerReport& r = result_.workers[static_cast<size_t>(hung)];
+    r.rank = workers_[hung]->rank();
+    r.local_rank = workers_[hung]->local_rank();
+    r.pid = workers_[hung]->pid();
+    r.hung = reason;
+    result_.first_failure = hung;
+    begin_teardown(SIGTERM);
+  }
+
   // Waits up to timeout_ms for output or a signal, and relays what is there.
   void pump(int timeout_ms) {
     std::vector<pollfd> fds;
@@ -181,6 +197,7 @@ class Round {
   std::vector<std::unique_ptr<WorkerProcess>>& workers_;
   OutputRelay& relay_;
   double grace_;
+  HangWatch* hang_watch_;
   RoundResult result_;
   bool tearing_down_ = false;
   std::optional<Clock::time_point> kill_at_;  // when the grace period ends
@@ -218,8 +235,8 @@ Supervisor::~Supervisor() {
 }
 
 RoundResult Supervisor::supervise(std::vector<std::unique_ptr<WorkerProcess>>& workers,
-                                  OutputRelay& relay) {
-  return Round(workers, relay, grace_period_).run();
+                                  OutputRelay& relay, HangWatch* hang_watch) {
+  return Round(workers, relay, grace_period_, hang_watch).run();
 }
 
 int Supervisor::take_pending_signal() {

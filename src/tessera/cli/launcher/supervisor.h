@@ -18,8 +18,10 @@
 #include <sys/types.h>
 
 #include <memory>
+#include <string>
 #include <vector>
 
+#include "tessera/cli/launcher/hang_watch.h"
 #include "tessera/cli/launcher/output_relay.h"
 #include "tessera/cli/launcher/worker_process.h"
 
@@ -34,6 +36,7 @@ struct WorkerReport {
   int term_signal = 0;  // 0 when it exited
   double seconds = 0;   // time alive
   bool stopped_by_launcher = false;  // still running when teardown began
+  std::string hung;  // why the launcher stopped it as hung (hang_watch.h); "" otherwise
 };
 
 // How one round (one start of all local workers) ended.
@@ -53,9 +56,11 @@ class Supervisor {
   Supervisor& operator=(const Supervisor&) = delete;
 
   // Blocks until every worker has exited and its output is relayed (the output of
-  // a helper that escaped its process group is waited for at most ~1 s).
+  // a helper that escaped its process group is waited for at most ~1 s). With a
+  // `hang_watch`, a worker it finds hung past its shutdown time is the round's
+  // failure, and the job is torn down as if it had failed.
   RoundResult supervise(std::vector<std::unique_ptr<WorkerProcess>>& workers,
-                        OutputRelay& relay);
+                        OutputRelay& relay, HangWatch* hang_watch = nullptr);
 
   // A SIGINT/SIGTERM/SIGHUP that arrived and was not yet consumed by supervise()
   // (checked between rounds); 0 when none.

@@ -28,24 +28,31 @@ std::vector<std::string> worker_environment(const LaunchOptions& o, const JobCon
       {"ROLE_RANK", rank},
       {"ROLE_WORLD_SIZE", world},
       {"MASTER_ADDR", job.master_addr},
-      {"MASTER_PORT", std::to_string(job.master_port)},
-      {"TORCHELASTIC_USE_AGENT_STORE", "True"},
+      {"MASTER_PORT", std::to_string(job.torch_port > 0 ? job.torch_port : job.master_port)},
+      {"TORCHELASTIC_USE_AGENT_STORE", job.torch_port > 0 ? "False" : "True"},
+      {"TESSERA_STORE_ADDR", job.master_addr},
+      {"TESSERA_STORE_PORT", std::to_string(job.master_port)},
       {"TORCHELASTIC_RESTART_COUNT", std::to_string(job.restart_count)},
       {"TORCHELASTIC_MAX_RESTARTS", std::to_string(o.max_restarts)},
       {"TORCHELASTIC_RUN_ID", o.run_id},
       {"TESSERA_JOB_TOKEN", job.token},
       {"TESSERA_LAUNCHER", "1"},
   };
+  std::map<std::string, std::string> all = vars;
+  if (!job.heartbeat_prefix.empty()) {
+    all["TESSERA_WORKER_HEARTBEAT_FILE"] = job.heartbeat_prefix + rank;
+    all["TESSERA_WORKER_HEARTBEAT_INTERVAL"] = std::to_string(job.heartbeat_timeout);
+  }
   std::vector<std::string> env;
-  env.reserve(base.size() + vars.size() + 1);
+  env.reserve(base.size() + all.size() + 1);
   bool has_omp = false;
   for (const auto& entry : base) {
     std::string name = entry.substr(0, entry.find('='));
-    if (vars.count(name) != 0) continue;
+    if (all.count(name) != 0) continue;
     has_omp = has_omp || name == "OMP_NUM_THREADS";
     env.push_back(entry);
   }
-  for (const auto& [name, value] : vars) env.push_back(name + "=" + value);
+  for (const auto& [name, value] : all) env.push_back(name + "=" + value);
   if (!has_omp && o.nproc_per_node > 1) env.push_back("OMP_NUM_THREADS=1");
   return env;
 }

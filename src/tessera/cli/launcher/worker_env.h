@@ -20,9 +20,16 @@ namespace tessera::cli {
 
 struct JobContext {
   std::string master_addr;  // as given on the command line
-  int master_port = 0;      // the store's real port
+  int master_port = 0;      // the store's real port (TESSERA_STORE_PORT)
   std::string token;
   int restart_count = 0;
+  // Heartbeat files (hang_watch.h): <prefix><rank>; "" when hung-worker detection is off.
+  std::string heartbeat_prefix;
+  double heartbeat_timeout = 0;
+  // MASTER_PORT for torch.distributed programs, whose rank 0 hosts its own c10d
+  // store there (TORCHELASTIC_USE_AGENT_STORE=False); 0: MASTER_PORT is the
+  // Tessera store's port and the agent store is advertised.
+  int torch_port = 0;
 };
 
 // `base` ("NAME=value" entries, normally the launcher's environ) with the worker

@@ -5,8 +5,25 @@
 #include <utility>
 
 #include "tessera/core/check.h"
+#include "tessera/core/trace.h"
 
 namespace tessera::parallel {
+
+namespace {
+// One timeline span per instruction (core/trace.h), named like "forward mb 3 chunk 0".
+class InstructionSpan {
+ public:
+  explicit InstructionSpan(const PipeInstruction& ins)
+      : ins_(ins), start_ns_(trace::enabled() ? trace::now_ns() : 0) {}
+  ~InstructionSpan() {
+    if (start_ns_ != 0) trace::record(to_string(ins_), "pipeline", start_ns_, trace::now_ns(), 0);
+  }
+
+ private:
+  const PipeInstruction& ins_;
+  int64_t start_ns_;
+};
+}  // namespace
 
 namespace {
 
@@ -56,6 +73,7 @@ PipelineStepResult PipelineExecutor::run(PipelineStage& stage) {
   int live = 0;
 
   for (const PipeInstruction& ins : schedule_[static_cast<size_t>(s)]) {
+    InstructionSpan span(ins);
     const Key key{ins.micro_batch, ins.chunk};
     const int k = ins.chunk * p_ + s;  // virtual stage
     switch (ins.op) {

@@ -49,6 +49,7 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
   ro.find_unused_parameters = options_.find_unused_parameters;
   ro.comm_hook = options_.comm_hook;
   ro.powersgd = options_.powersgd;
+  ro.overlap_comm = options_.overlap_comm;
   reducer_ = std::make_unique<Reducer>(names_, params_, group_, ro);
 }
 

@@ -38,6 +38,9 @@ struct DdpOptions {
   bool broadcast_buffers = true;
   CommHook comm_hook = CommHook::kNone;
   PowerSgdOptions powersgd;  // with comm_hook kPowerSgd (comm_hook.h)
+  // Launch each bucket's all-reduce as soon as its gradients are ready (true), or
+  // all of them after backward (false: slower; for measuring what overlap buys).
+  bool overlap_comm = true;
 };
 
 class DistributedDataParallel {

@@ -171,7 +171,7 @@ void Reducer::mark_ready(size_t index) {
   // If the gradient was not bound before backward, this costs one copy.
   bind_gradient(index);
   s.ready = true;
-  if (--pending_[s.bucket] == 0) launch_ready_buckets();
+  if (--pending_[s.bucket] == 0 && options_.overlap_comm) launch_ready_buckets();
 }
 
 void Reducer::launch_ready_buckets() {
@@ -226,6 +226,7 @@ void Reducer::finalize() {
              "reduced; construct DistributedDataParallel with find_unused_parameters=true "
              "(config: \"find_unused_parameters\": true) or make the loss depend on it");
   }
+  if (!options_.overlap_comm) launch_ready_buckets();
   try {
     for (size_t b = 0; b < buckets_.size(); ++b) reduction_->finish(*group_, b, flats_[b]);
   } catch (...) {

@@ -45,6 +45,7 @@ struct ReducerOptions {
   bool find_unused_parameters = false;
   CommHook comm_hook = CommHook::kNone;
   PowerSgdOptions powersgd;  // with comm_hook kPowerSgd
+  bool overlap_comm = true;   // false: no bucket launches before backward ends
 };
 
 // Timing of the last synchronized backward pass, for overlap checks and profiling.

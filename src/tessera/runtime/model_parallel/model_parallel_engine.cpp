@@ -5,6 +5,8 @@
 #include <cmath>
 
 #include "tessera/core/check.h"
+#include "tessera/core/trace.h"
+#include "tessera/core/worker_heartbeat.h"
 #include "tessera/parallel/pipeline/pipeline_schedule.h"
 #include "tessera/parallel/tensor/tp_gpt.h"
 #include "tessera/runtime/grad_clip.h"
@@ -88,6 +90,8 @@ ModelParallelEngine::ModelParallelEngine(const models::GPTConfig& model, Config 
                                          std::shared_ptr<comm::ProcessGroup> world)
     : config_(std::move(config)), model_(model), mesh_(checked_mesh(model_, config_, world)),
       schedule_(config_.scheduler) {
+  observability_ =
+      std::make_unique<Observability>(config_, mesh_.world()->rank(), mesh_.world()->size());
   TS_CHECK_T(ConfigError, config_.precision.dtype != "fp16",
              "config 'fp16' (loss scaling) is not supported with tensor or pipeline parallelism "
              "yet; use bf16 (GPTConfig::compute_dtype = at::kBFloat16) there");
@@ -168,6 +172,7 @@ double ModelParallelEngine::world_sum(double local) {
 }
 
 double ModelParallelEngine::train_step(const at::Tensor& ids, const at::Tensor& targets) {
+  heartbeat::beat("train_step");
   const int64_t m = config_.gradient_accumulation_steps;
   const int64_t want = m * config_.train_micro_batch_size_per_gpu;
   TS_CHECK(ids.dim() == 2 && ids.size(0) == want && targets.sizes() == ids.sizes(),
@@ -262,6 +267,8 @@ double ModelParallelEngine::clip_gradients() {
 }
 
 void ModelParallelEngine::optimizer_step() {
+  trace::Scope span("optimizer step");
+  heartbeat::beat("optimizer step");
   last_grad_norm_ = clip_gradients();
   optimizer_->step();
   for (auto& u : units_) u->launch_gather(*mesh_.dp());

@@ -61,6 +61,7 @@
 #include "tessera/runtime/engine.h"
 #include "tessera/runtime/lr_schedules.h"
 #include "tessera/runtime/named_params.h"
+#include "tessera/runtime/observability.h"
 #include "tessera/runtime/optimizer_state.h"
 #include "tessera/runtime/zero/flat_unit.h"
 
@@ -113,6 +114,10 @@ class ModelParallelEngine {
   MemoryStats memory_stats() const;
   comm::CommStats comm_stats() const { return mesh_.world()->comm_stats(); }
   const Config& config() const { return config_; }
+  // The comms logger's table (every group of this rank); empty unless comms_logger is on.
+  comm::CommSummary comm_summary() const { return observability_->comm_summary(); }
+  // Timeline and comms logger (observability.h); the destructor closes the timeline.
+  Observability& observability() { return *observability_; }
 
  private:
   void average_over_data_parallel();
@@ -127,6 +132,8 @@ class ModelParallelEngine {
   // ZeRO-1: this rank's shard of each unit's state from whole per-parameter state.
   StagedOptimizerState stage_sharded_state(const checkpoint::NamedTensors& whole);
 
+  // First, so destroyed last (after everything that communicates); set in the body.
+  std::unique_ptr<Observability> observability_;
   Config config_;
   models::GPTConfig model_;
   parallel::ProcessMesh mesh_;

@@ -1,0 +1,127 @@
+#include "tessera/cli/plan/memory_model.h"
+
+#include <algorithm>
+
+namespace tessera::cli::plan {
+
+double device_params(const PlanProblem& problem, const Layout& layout) {
+  const ModelSpec& m = problem.model;
+  const double h = static_cast<double>(m.hidden), t = layout.tp;
+  const double blocks_here = static_cast<double>(m.layers) / layout.pp;
+  // The first stage holds the token and position embeddings (and, without a
+  // pipeline, the final LayerNorm too).
+  const double outside = layout.pp == 1 ? static_cast<double>(m.outside_params())
+                                        : static_cast<double>((m.vocab + m.seq) * m.hidden);
+  if (m.total_params_override > 0 || t == 1) {
+    const double blocks = static_cast<double>(m.total_params() - m.outside_params());
+    return (blocks * blocks_here / m.layers + outside) / t;
+  }
+  // Tensor parallelism splits the GEMM weights, the column-parallel biases and
+  // the token embedding (vocabulary-parallel); LayerNorms, the row-parallel
+  // biases and the position embedding are replicated (Megatron's split).
+  const double split = 12.0 * h * h + (m.bias ? 7.0 * h : 0.0);
+  const double replicated = m.bias ? 6.0 * h : 4.0 * h;
+  const double wte = static_cast<double>(m.vocab) * h;
+  return blocks_here * (split / t + replicated) + wte / t + (outside - wte);
+}
+
+double device_whole_params(const PlanProblem& problem, const Layout& layout) {
+  if (problem.state_layout != StateLayout::kTessera) return 0;
+  const ModelSpec& m = problem.model;
+  const double outside = layout.pp == 1 ? static_cast<double>(m.outside_params())
+                                        : static_cast<double>((m.vocab + m.seq) * m.hidden);
+  const double small = static_cast<double>(m.block_small_params(problem.persistence_threshold));
+  return (outside + small * m.layers / layout.pp) / layout.tp;
+}
+
+double block_activation_bytes(const PlanProblem& problem, const Layout& layout) {
+  const ModelSpec& m = problem.model;
+  const double s = static_cast<double>(m.seq), b = static_cast<double>(layout.micro_batch);
+  const double h = static_cast<double>(m.hidden), a = static_cast<double>(m.heads);
+  const double t = layout.tp;
+  // Korthikanti et al. count 16-bit activations (and 1-byte dropout masks);
+  // float32 activations take twice the bytes.
+  const double scale = problem.activation_bytes() / 2.0;
+  double per_block;
+  if (t == 1 || problem.sequence_parallel) {
+    per_block = s * b * h * (34.0 + 5.0 * a * s / h) / t;
+  } else {
+    per_block = s * b * h * (10.0 + 24.0 / t + 5.0 * a * s / (h * t));
+  }
+  return per_block * scale;
+}
+
+namespace {
+
+double activation_bytes(const PlanProblem& problem, const Layout& layout) {
+  const ModelSpec& m = problem.model;
+  const double block = block_activation_bytes(problem, layout);
+  const double blocks_on_stage = static_cast<double>(m.layers) / layout.pp;
+  // Micro-batches whose activations the first stage holds at once: 1 without a
+  // pipeline; p for 1F1B (each of l/p blocks), more when interleaved.
+  double in_flight = 1.0;
+  if (layout.pp > 1) {
+    in_flight = std::min<double>(layout.pp, static_cast<double>(layout.micro_batches));
+    if (layout.vp > 1) in_flight *= 1.0 + (layout.pp - 1.0) / (layout.pp * layout.vp);
+  }
+  double stored;
+  if (layout.recompute) {
+    // Only each block's input is kept; one block is rebuilt at a time.
+    const double sbh = static_cast<double>(m.seq) * layout.micro_batch * m.hidden *
+                       problem.activation_bytes() /
+                       (problem.sequence_parallel ? layout.tp : 1);
+    stored = sbh * blocks_on_stage * in_flight + block;
+  } else {
+    stored = block * blocks_on_stage * in_flight;
+  }
+  // Logits and their gradient in float32 (the loss is computed in float32),
+  // split over tp by the vocabulary-parallel head.
+  const double logits = 2.0 * 4.0 * static_cast<double>(m.seq) * layout.micro_batch * m.vocab /
+                        layout.tp;
+  return stored + logits;
+}
+
+double transient_bytes(const PlanProblem& problem, const Layout& layout, const StateBytes& sb,
+                       double psi) {
+  const ModelSpec& m = problem.model;
+  const double block = static_cast<double>(m.block_params()) / layout.tp;
+  switch (layout.zero) {
+    case 0:
+      // 16-bit gradients on the wire: a cast copy of the buckets in flight.
+      return problem.precision == Precision::kFp32
+                 ? 0.0
+                 : 2.0 * std::min(psi * 2.0, problem.ddp_bucket_bytes);
+    case 1:
+    case 2:
+      // Up to two units' gradients flattened for the reduce-scatter.
+      return 2.0 * std::min(psi, problem.zero_bucket_elements) * sb.grad;
+    default:
+      // The unit running and the one prefetched, whole, and one unit's gradients.
+      return 2.0 * block * sb.param + block * sb.grad;
+  }
+}
+
+}  // namespace
+
+MemoryEstimate estimate_memory(const PlanProblem& problem, const Layout& layout) {
+  const StateBytes sb = state_bytes(problem.state_layout, problem.precision);
+  const double psi = device_params(problem, layout);
+  const double n = layout.dp;
+  MemoryEstimate e;
+  e.params = sb.param * psi;
+  e.grads = sb.grad * psi;
+  e.optimizer = sb.optimizer * psi;
+  if (layout.zero >= 1) e.optimizer /= n;
+  if (layout.zero >= 2) e.grads /= n;
+  if (layout.zero >= 3) {
+    const double whole = std::min(psi, device_whole_params(problem, layout));
+    e.params = sb.param * ((psi - whole) / n + whole);
+  }
+  if (layout.offload) e.optimizer = 0;
+  e.activations = activation_bytes(problem, layout);
+  e.transient = transient_bytes(problem, layout, sb, psi);
+  e.usable = problem.cluster.memory_bytes * problem.memory_headroom;
+  return e;
+}
+
+}  // namespace tessera::cli::plan
