@@ -104,8 +104,11 @@ void FlatUnit::launch_reduce(comm::ProcessGroup& group, bool use_reduce_scatter)
   if (stage_ == 1) {
     reduce_input_ = flat_grads_;
   } else {
-    // Flatten the unit's gradients and let autograd's own buffers go.
-    reduce_input_ = at::zeros({partition_.padded_numel()}, flat_params_.options());
+    // Flatten the unit's gradients and let autograd's own buffers go. The padding
+    // stays zero in a kept buffer: reductions of zeros are zeros.
+    reduce_input_ = kept_input_.defined()
+                        ? kept_input_
+                        : at::zeros({partition_.padded_numel()}, flat_params_.options());
     for (size_t i = 0; i < params_.size(); ++i) {
       at::Tensor& grad = params_[i].mutable_grad();
       TS_CHECK_T(ConfigError, grad.defined(), "ZeRO: parameter '", names_[i],
@@ -121,7 +124,7 @@ void FlatUnit::launch_reduce(comm::ProcessGroup& group, bool use_reduce_scatter)
     if (stage_ == 1) reduce_input_ = flat_grads_.clone();
     reduce_work_ = group.all_reduce(reduce_input_, comm::ReduceOp::kAvg);
   } else {
-    reduce_output_ = at::empty({s}, flat_params_.options());
+    reduce_output_ = kept_output_.defined() ? kept_output_ : at::empty({s}, flat_params_.options());
     reduce_work_ = group.reduce_scatter(reduce_output_, reduce_input_, comm::ReduceOp::kAvg);
   }
 }
@@ -140,6 +143,13 @@ void FlatUnit::finish_reduce() {
     grad_zero_pending_ = false;
   } else {
     grad_shard_.add_(mine);  // accumulation across micro-steps
+  }
+  if (keep_reduce_buffers_ && stage_ == 2) {
+    kept_input_ = reduce_input_;
+    kept_output_ = reduce_output_;
+  } else {
+    kept_input_ = at::Tensor();
+    kept_output_ = at::Tensor();
   }
   reduce_input_ = at::Tensor();
   reduce_output_ = at::Tensor();
@@ -218,6 +228,7 @@ int64_t FlatUnit::grad_bytes() const {
 
 int64_t FlatUnit::buffer_bytes() const {
   int64_t n = storage_bytes(reduce_output_) + storage_bytes(gather_input_);
+  if (!reduce_work_) n += storage_bytes(kept_input_) + storage_bytes(kept_output_);
   if (stage_ != 1 || reduce_all_) n += storage_bytes(reduce_input_);
   return n;
 }

@@ -89,6 +89,13 @@ class FlatUnit {
   void bind_shard_store(ShardStore* store, size_t index);
   bool shard_in_store() const { return store_ != nullptr; }
 
+  // Stage 2 inside an accumulation window: finish_reduce() keeps the flattened
+  // gradient and output buffers for the next micro-step's reduction instead of
+  // freeing them, so each micro-step does not fault a unit-sized buffer in
+  // again. Set false for the window's last micro-step: the buffers go with it,
+  // and nothing is held between steps.
+  void set_keep_reduce_buffers(bool keep) { keep_reduce_buffers_ = keep && stage_ == 2; }
+
   // Bytes now held by each kind of storage of this unit (what memory_stats adds).
   int64_t param_bytes() const;     // flat parameters (if allocated) + stage-3 shard
   int64_t grad_bytes() const;      // flat gradients / gradient shard + live .grad
@@ -114,6 +121,9 @@ class FlatUnit {
   at::Tensor reduce_input_;   // stages 2, 3: the unit's gradients, flattened
   at::Tensor reduce_output_;  // S elements (or P for all-reduce)
   bool reduce_all_ = false;
+  bool keep_reduce_buffers_ = false;
+  at::Tensor kept_input_;   // stage 2 between micro-steps (set_keep_reduce_buffers)
+  at::Tensor kept_output_;
   comm::WorkHandle gather_work_;
   at::Tensor gather_input_;
   ShardStore* store_ = nullptr;  // stage 3 with offloaded shards

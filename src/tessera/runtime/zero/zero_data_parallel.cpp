@@ -213,7 +213,10 @@ void ZeroDataParallel::reset_backward() {
 
 void ZeroDataParallel::backward(const at::Tensor& loss, bool boundary) {
   reducing_ = config_.stage != 1 || boundary;
-  for (auto& u : units_) u->bind_gradients();
+  for (auto& u : units_) {
+    u->bind_gradients();
+    u->set_keep_reduce_buffers(!boundary);
+  }
   try {
     loss.backward();
   } catch (...) {
