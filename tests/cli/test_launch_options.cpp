@@ -103,6 +103,35 @@ TEST(WorkerEnv, SetsTheContractAndKeepsTheRest) {
             1);
 }
 
+TEST(WorkerEnv, WorkersKeepFreedMemoryUnlessToldOtherwise) {
+  JobContext job{"127.0.0.1", 4321, "tok", 0};
+  auto tunables = [](const std::vector<std::string>& env) {
+    std::vector<std::string> found;
+    for (const auto& kv : env) {
+      if (kv.rfind("GLIBC_TUNABLES=", 0) == 0) found.push_back(kv);
+    }
+    return found;
+  };
+  auto retain = tunables(worker_environment(parse_launch_options({"p"}), job, 0, {}));
+  ASSERT_EQ(retain.size(), 1u);
+  EXPECT_NE(retain[0].find("glibc.malloc.mmap_max=0"), std::string::npos) << retain[0];
+  EXPECT_NE(retain[0].find("glibc.malloc.trim_threshold="), std::string::npos) << retain[0];
+  EXPECT_TRUE(tunables(worker_environment(parse_launch_options({"--malloc", "system", "p"}), job, 0,
+                                          {}))
+                  .empty());
+  // The user's own tunables win.
+  auto mine = tunables(worker_environment(parse_launch_options({"p"}), job, 0,
+                                          {"GLIBC_TUNABLES=glibc.malloc.arena_max=2"}));
+  ASSERT_EQ(mine.size(), 1u);
+  EXPECT_EQ(mine[0], "GLIBC_TUNABLES=glibc.malloc.arena_max=2");
+  try {
+    parse_launch_options({"--malloc", "jemalloc", "p"});
+    ADD_FAILURE() << "an unknown --malloc mode was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("'retain' or 'system'"), std::string::npos) << e.what();
+  }
+}
+
 TEST(WorkerEnv, RandomTokensAreHexAndDiffer) {
   std::string a = random_job_token(), b = random_job_token();
   EXPECT_EQ(a.size(), 32u);

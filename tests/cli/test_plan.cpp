@@ -197,6 +197,34 @@ TEST(Plan, PipelineBubbleShrinksWithVirtualStages) {
   EXPECT_NEAR(two.bubble / (two.compute - two.bubble), 3.0 / 16, 1e-12);
 }
 
+// More ranks than cores on a host: each tensor-parallel all-reduce also waits a
+// scheduler time slice; one rank per core, or GPUs, never do.
+TEST(Plan, OversubscribedHostsPayATimeSlicePerTensorParallelCollective) {
+  PlanProblem p;
+  p.model = gpt_preset("gpt-125m");
+  p.global_batch = 8;
+  Layout l;
+  l.tp = 2;
+  l.micro_batch = 1;
+  l.micro_batches = 8;
+  p.cluster = cluster_preset("host", 2);
+  p.cluster.cores_per_node = 2;
+  p.cluster.oversubscribed_sync = 1.5e-3;
+  const double fits = estimate_step_time(p, l).tp_comm;
+  p.cluster.devices_per_node = 4;
+  p.cluster.validate();
+  const double crowded = estimate_step_time(p, l).tp_comm;
+  // 4 all-reduces per block, on every micro-batch.
+  const double calls = 4.0 * p.model.layers * l.micro_batches;
+  EXPECT_NEAR(crowded - fits, calls * 1.5e-3, 1e-9);
+  EXPECT_EQ(cluster_preset("h100", 8).sync_penalty(), 0.0);
+  ClusterSpec host = cluster_preset("host", 1);
+  EXPECT_EQ(host.sync_penalty(), 0.0) << "one rank per core is not oversubscribed";
+  EXPECT_NEAR(host.oversubscribed_sync,
+              0.75e-3 * (1 + std::floor(std::log2(static_cast<double>(host.cores_per_node)))),
+              1e-12);
+}
+
 TEST(Plan, SpotCostCountsLostWorkAndRestarts) {
   CostInputs in;
   in.tokens_per_step = 1e6;

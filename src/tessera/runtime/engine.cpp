@@ -17,6 +17,7 @@
 #include "tessera/runtime/ddp/flat_params.h"
 #include "tessera/runtime/grad_clip.h"
 #include "tessera/runtime/optimizer_factory.h"
+#include "tessera/runtime/optimizer_chunks.h"
 #include "tessera/runtime/optimizer_state.h"
 #include "tessera/runtime/replicas.h"
 #include "tessera/runtime/storage_bytes.h"
@@ -417,6 +418,8 @@ bool Engine::step() {
   }
   if (offload_) {
     offload_->step(*optimizer_);
+  } else if (zero_) {
+    step_in_chunks(*optimizer_);  // shard-sized temporaries would fault in every step
   } else {
     optimizer_->step();
   }

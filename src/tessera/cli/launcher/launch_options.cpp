@@ -12,7 +12,7 @@ namespace {
 // Every flag that takes a value, under each spelling users bring from torchrun.
 enum class Flag {
   kNproc, kNnodes, kNodeRank, kAddr, kPort, kLogDir, kRestarts, kGrace, kRunId,
-  kHeartbeat, kStallShutdown, kErrorFile
+  kHeartbeat, kStallShutdown, kErrorFile, kMalloc
 };
 
 struct FlagName {
@@ -33,6 +33,7 @@ const FlagName kValueFlags[] = {
     {"--heartbeat-timeout", Flag::kHeartbeat}, {"--heartbeat_timeout", Flag::kHeartbeat},
     {"--stall-shutdown", Flag::kStallShutdown}, {"--stall_shutdown", Flag::kStallShutdown},
     {"--error-file", Flag::kErrorFile}, {"--error_file", Flag::kErrorFile},
+    {"--malloc", Flag::kMalloc},
 };
 
 const FlagName* find_flag(const std::string& name) {
@@ -112,6 +113,11 @@ void apply(LaunchOptions& o, Flag flag, const std::string& name, const std::stri
     case Flag::kErrorFile:
       TS_CHECK_T(ConfigError, !value.empty(), name, " expects a file path, got ''");
       o.error_file = value;
+      break;
+    case Flag::kMalloc:
+      TS_CHECK_T(ConfigError, value == "retain" || value == "system", name,
+                 " expects 'retain' or 'system', got '", value, "'");
+      o.malloc_retain = value == "retain";
       break;
   }
 }
@@ -201,6 +207,9 @@ std::string launch_usage() {
          "                          (default 0: only name it)\n"
          "  --error-file PATH       on failure, write the root cause as JSON in torchrun's layout\n"
          "                          (default: TORCHELASTIC_ERROR_FILE when set)\n"
+         "  --malloc MODE           retain (default): workers' malloc keeps freed memory for reuse\n"
+         "                          instead of handing it back and faulting it in again;\n"
+         "                          system: glibc's defaults. A set GLIBC_TUNABLES wins.\n"
          "  -h, --help              show this help\n"
          "\n"
          "Multi-node: export the same TESSERA_JOB_TOKEN on every node. See docs/launcher.md.\n";

@@ -33,6 +33,9 @@ struct LaunchOptions {
   double stall_shutdown = 0.0;
   // Where a failed job's root cause goes (error_file.h); "": TORCHELASTIC_ERROR_FILE.
   std::string error_file;
+  // Workers' malloc (worker_env.h): true ("retain", the default) keeps freed
+  // memory in the process for reuse; false ("system") leaves glibc's defaults.
+  bool malloc_retain = true;
   bool help = false;
   std::vector<std::string> program;  // PROGRAM then its ARGS
 

@@ -46,14 +46,19 @@ std::vector<std::string> worker_environment(const LaunchOptions& o, const JobCon
   std::vector<std::string> env;
   env.reserve(base.size() + all.size() + 1);
   bool has_omp = false;
+  bool has_tunables = false;
   for (const auto& entry : base) {
     std::string name = entry.substr(0, entry.find('='));
     if (all.count(name) != 0) continue;
     has_omp = has_omp || name == "OMP_NUM_THREADS";
+    has_tunables = has_tunables || name == "GLIBC_TUNABLES";
     env.push_back(entry);
   }
   for (const auto& [name, value] : all) env.push_back(name + "=" + value);
   if (!has_omp && o.nproc_per_node > 1) env.push_back("OMP_NUM_THREADS=1");
+  if (!has_tunables && o.malloc_retain) {
+    env.push_back(std::string("GLIBC_TUNABLES=") + kRetainMallocTunables);
+  }
   return env;
 }
 

@@ -7,7 +7,16 @@
 //   TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_MAX_RESTARTS, TORCHELASTIC_RUN_ID,
 //   TESSERA_JOB_TOKEN, TESSERA_LAUNCHER=1;
 //   OMP_NUM_THREADS=1 when unset and more than one worker shares the node (as
-//   torchrun does: N workers each with all cores' threads thrash).
+//   torchrun does: N workers each with all cores' threads thrash);
+//   GLIBC_TUNABLES=kRetainMallocTunables when unset and --malloc retain (the
+//   default): glibc serves every allocation from its heap (no mmap) and never
+//   trims it, so a buffer freed in one step is reused by the next instead of
+//   being unmapped and faulted in again page by page. Training frees and
+//   reallocates the same large buffers every step (ZeRO's flat gradients, the
+//   optimizer's temporaries); on a VM a first touch can cost ~12 us per 4 KB
+//   page, ~47x a reused page (docs/launcher.md). The price: RSS stays at its
+//   high-water mark, as with tcmalloc or jemalloc, which PyTorch's CPU launcher
+//   preloads for the same reason.
 // Everything else is inherited from the launcher. Pure functions; thread-safe.
 #pragma once
 
@@ -31,6 +40,9 @@ struct JobContext {
   // Tessera store's port and the agent store is advertised.
   int torch_port = 0;
 };
+
+inline constexpr const char* kRetainMallocTunables =
+    "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=18446744073709551615";
 
 // `base` ("NAME=value" entries, normally the launcher's environ) with the worker
 // variables of local rank `local_rank` set, replacing any inherited values.

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <string>
 
@@ -63,6 +64,11 @@ ClusterSpec host_preset() {
   c.overlap = 0.0;
   c.memory_bytes = host_memory_bytes();
   c.devices_per_node = static_cast<int>(cores);  // one rank per core unless told
+  c.cores_per_node = static_cast<int>(cores);
+  // Linux's default time slice: 0.75 ms x (1 + log2 cores) (sched_base_slice,
+  // logarithmic tunable scaling). Measured on 2 cores with 4 ranks: tensor
+  // parallelism's all-reduces cost 1.5-2.1 ms more each (docs/plan.md).
+  c.oversubscribed_sync = 0.75e-3 * (1.0 + std::floor(std::log2(cores)));
   return c;
 }
 
@@ -136,6 +142,10 @@ double ClusterSpec::busbw(int group, int per_node) const {
   if (group <= 1) return intra_busbw;
   if (per_node >= group) return intra_busbw;
   return std::min(intra_busbw, per_node * inter_busbw);
+}
+
+double ClusterSpec::sync_penalty() const {
+  return cores_per_node > 0 && devices_per_node > cores_per_node ? oversubscribed_sync : 0.0;
 }
 
 double ClusterSpec::alpha(int group, int per_node) const {

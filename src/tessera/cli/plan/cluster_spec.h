@@ -44,6 +44,12 @@ struct ClusterSpec {
   // during backward, ZeRO-3 prefetches). 0 where communication needs the same
   // cores as compute (host).
   double overlap = 1.0;
+  // Host: cores of a node (0: devices do not share cores). With more ranks than
+  // cores, a blocking collective among them waits until the members the
+  // scheduler has parked get a core back: about one time slice each
+  // (oversubscribed_sync seconds), on the critical path.
+  int cores_per_node = 0;
+  double oversubscribed_sync = 0;
   double price_per_device_hour = 0;
   std::string peak_source = "preset";  // where the peak FLOP/s came from
 
@@ -56,6 +62,9 @@ struct ClusterSpec {
   // `per_node` to a node (per_node == group: inside one node).
   double busbw(int group, int per_node) const;
   double alpha(int group, int per_node) const;
+  // Seconds a blocking collective loses to oversubscription (0 unless the node
+  // runs more devices than it has cores).
+  double sync_penalty() const;
   void validate() const;
 };
 

@@ -97,7 +97,8 @@ StepTime estimate_step_time(const PlanProblem& problem, const Layout& layout) {
   if (layout.tp > 1) {
     const int k = per_node(c, layout.tp, 1);
     const double per_block = layout.recompute ? 6.0 : 4.0;
-    tp_mb = all_reduce_seconds(c, layout.tp, k, act * blocks * per_block, blocks * per_block);
+    tp_mb = all_reduce_seconds(c, layout.tp, k, act * blocks * per_block, blocks * per_block) +
+            blocks * per_block * c.sync_penalty();
   }
   // Pipeline: a send forward and one backward per chunk; neighbours are
   // tp * dp ranks apart, in another node once that exceeds a node.

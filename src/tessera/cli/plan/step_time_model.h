@@ -7,7 +7,9 @@
 //               yields its core: the longer of all the work on the node's
 //               cores and the critical path at a whole core's speed.
 //   tensor par. 4 all-reduces of b·s·h activations per block and micro-batch
-//               (6 with recomputation), on the critical path.
+//               (6 with recomputation), on the critical path; on a host with
+//               more ranks than cores each also waits about a scheduler time
+//               slice for the parked members (ClusterSpec::sync_penalty).
 //   pipeline    one send of b·s·h activations forward and one of gradients
 //               backward per chunk and micro-batch.
 //   data par.   ZeRO-0: all-reduce of the gradients once per step; ZeRO-1:

@@ -58,7 +58,13 @@ PowerSgdReduction::PowerSgdReduction(PowerSgdOptions options, std::vector<Bucket
 }
 
 at::Tensor PowerSgdReduction::initial_q(BucketState& s, size_t bucket, size_t k) {
-  if (options_.warm_start && s.qs[k].defined()) return s.qs[k];
+  if (options_.warm_start && s.qs[k].defined()) {
+    // As PyTorch's hook: the last reduction's Q = M^T P, orthogonalized again
+    // before P = M Q (at rank 1 only a normalization; at higher ranks it keeps
+    // the columns of P = M Q from collapsing onto the top singular direction).
+    orthogonalize_columns(s.qs[k], options_.orthogonalization_epsilon);
+    return s.qs[k];
+  }
   // The same draw on every rank: seeded by the options, the bucket and the parameter.
   auto gen = at::detail::createCPUGenerator(options_.random_seed + 1000003 * bucket + 7919 * k +
                                             (options_.warm_start ? 0 : static_cast<uint64_t>(s.reductions)));

@@ -8,7 +8,7 @@
 //      kept from the last reduction;
 //   2. each parameter whose gradient is a matrix worth compressing (viewed as
 //      [shape[0], rest]; rows x cols > min_compression_rate x r (rows + cols))
-//      gives P = M Q, with Q [cols, r] from the last reduction (warm start) or
+//      gives P = M Q, with Q [cols, r] from the last reduction, orthogonalized (warm start), or
 //      drawn from random_seed and orthogonalized; one all_reduce (SUM) carries
 //      every P and, beside them, the parameters left uncompressed (launch());
 //   3. P is orthogonalized, Q = M^T P, and a second all_reduce (SUM) carries the

@@ -11,6 +11,7 @@
 #include "tessera/parallel/tensor/tp_gpt.h"
 #include "tessera/runtime/grad_clip.h"
 #include "tessera/runtime/optimizer_factory.h"
+#include "tessera/runtime/optimizer_chunks.h"
 #include "tessera/runtime/optimizer_state.h"
 #include "tessera/runtime/storage_bytes.h"
 
@@ -270,7 +271,11 @@ void ModelParallelEngine::optimizer_step() {
   trace::Scope span("optimizer step");
   heartbeat::beat("optimizer step");
   last_grad_norm_ = clip_gradients();
-  optimizer_->step();
+  if (units_.empty()) {
+    optimizer_->step();
+  } else {
+    step_in_chunks(*optimizer_);  // ZeRO-1 shards: see optimizer_chunks.h
+  }
   for (auto& u : units_) u->launch_gather(*mesh_.dp());
   for (auto& u : units_) u->finish_gather();
   ++global_steps_;

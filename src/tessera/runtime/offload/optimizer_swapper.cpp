@@ -5,42 +5,10 @@
 #include <algorithm>
 
 #include "tessera/core/check.h"
+#include "tessera/runtime/optimizer_chunks.h"
 #include "tessera/runtime/optimizer_state.h"
 
 namespace tessera::runtime::offload {
-namespace {
-
-// A tensor over `base`'s storage at element `offset`: the optimizer's updates
-// through it land in the shard itself (as FlatUnit's own aliases do).
-at::Tensor alias(const at::Tensor& base, int64_t offset, int64_t numel) {
-  at::Tensor t = at::empty({0}, base.options().requires_grad(false));
-  t.set_(base.storage(), base.storage_offset() + offset, {numel});
-  return t;
-}
-
-// Empties every parameter group for the swapper's piece-by-piece steps and puts
-// the groups' own parameters back at the end (also when a step throws).
-class GroupParamsGuard {
- public:
-  explicit GroupParamsGuard(torch::optim::Optimizer& optimizer) : optimizer_(optimizer) {
-    for (auto& g : optimizer_.param_groups()) {
-      saved_.push_back(std::move(g.params()));
-      g.params().clear();
-    }
-  }
-  ~GroupParamsGuard() {
-    auto& groups = optimizer_.param_groups();
-    for (size_t g = 0; g < groups.size(); ++g) groups[g].params() = std::move(saved_[g]);
-  }
-  GroupParamsGuard(const GroupParamsGuard&) = delete;
-  GroupParamsGuard& operator=(const GroupParamsGuard&) = delete;
-
- private:
-  torch::optim::Optimizer& optimizer_;
-  std::vector<std::vector<at::Tensor>> saved_;
-};
-
-}  // namespace
 
 OptimizerSwapper::OptimizerSwapper(AsyncIo& io, std::vector<UnitSwapFiles>& units,
                                    std::vector<zero::FlatUnit*> flat_units, int64_t piece_numel,
@@ -113,8 +81,8 @@ void OptimizerSwapper::update(size_t i, torch::optim::Optimizer& optimizer) {
   zero::FlatUnit& flat = *flat_units_[p.unit];
   at::NoGradGuard no_grad;
   const at::Tensor param = u.param ? region(slot, param_region_, p)
-                                   : alias(flat.shard(), p.begin, p.numel);
-  const at::Tensor grad = alias(flat.grad_shard(), p.begin, p.numel);
+                                   : alias_range(flat.shard(), p.begin, p.numel);
+  const at::Tensor grad = alias_range(flat.grad_shard(), p.begin, p.numel);
   std::vector<at::Tensor> fields;
   for (size_t k = 0; k < u.fields.size(); ++k) fields.push_back(region(slot, k, p));
   // Eighths of the piece, whole multiples of 1024 elements.
@@ -129,10 +97,10 @@ void OptimizerSwapper::step_chunk(torch::optim::Optimizer& optimizer, size_t uni
                                   const std::vector<at::Tensor>& fields, int64_t begin,
                                   int64_t n) {
   const UnitSwapFiles& u = units_[unit];
-  at::Tensor p = alias(param, begin, n);
-  p.mutable_grad() = alias(grad, begin, n);
+  at::Tensor p = alias_range(param, begin, n);
+  p.mutable_grad() = alias_range(grad, begin, n);
   std::vector<at::Tensor> state;
-  for (const auto& f : fields) state.push_back(alias(f, begin, n));
+  for (const auto& f : fields) state.push_back(alias_range(f, begin, n));
   if (u.has_state) put_param_state(optimizer, p, u.step, state);
   auto& group = optimizer.param_groups().at(u.group);
   group.params() = {p};

@@ -124,7 +124,14 @@ void FlatUnit::launch_reduce(comm::ProcessGroup& group, bool use_reduce_scatter)
     if (stage_ == 1) reduce_input_ = flat_grads_.clone();
     reduce_work_ = group.all_reduce(reduce_input_, comm::ReduceOp::kAvg);
   } else {
-    reduce_output_ = kept_output_.defined() ? kept_output_ : at::empty({s}, flat_params_.options());
+    if (kept_output_.defined()) {
+      reduce_output_ = kept_output_;
+    } else if (spare_shard_.defined()) {
+      reduce_output_ = std::move(spare_shard_);  // a step was skipped: no gather took it
+      spare_shard_ = at::Tensor();
+    } else {
+      reduce_output_ = at::empty({s}, flat_params_.options());
+    }
     reduce_work_ = group.reduce_scatter(reduce_output_, reduce_input_, comm::ReduceOp::kAvg);
   }
 }
@@ -150,6 +157,9 @@ void FlatUnit::finish_reduce() {
   } else {
     kept_input_ = at::Tensor();
     kept_output_ = at::Tensor();
+    // The output has served; the all-gather after the optimizer step needs a
+    // shard-sized input of its own, and this one is already faulted in.
+    if (stage_ != 3) spare_shard_ = reduce_output_;
   }
   reduce_input_ = at::Tensor();
   reduce_output_ = at::Tensor();
@@ -186,7 +196,13 @@ void FlatUnit::launch_gather(comm::ProcessGroup& group) {
     gather_input_ = store_ ? store_->acquire(store_index_) : shard_.detach();
   } else {
     // A copy: the shard is a view into the output, and MPI forbids aliasing.
-    gather_input_ = shard_.detach().clone();
+    if (spare_shard_.defined()) {
+      gather_input_ = std::move(spare_shard_);
+      spare_shard_ = at::Tensor();
+      gather_input_.copy_(shard_.detach());
+    } else {
+      gather_input_ = shard_.detach().clone();
+    }
   }
   // Written through a tensor with its own version counter: the parameters' saved
   // versions in autograd's graph do not change (as with an optimizer's .data()).
@@ -227,7 +243,8 @@ int64_t FlatUnit::grad_bytes() const {
 }
 
 int64_t FlatUnit::buffer_bytes() const {
-  int64_t n = storage_bytes(reduce_output_) + storage_bytes(gather_input_);
+  int64_t n = storage_bytes(reduce_output_) + storage_bytes(gather_input_) +
+              storage_bytes(spare_shard_);
   if (!reduce_work_) n += storage_bytes(kept_input_) + storage_bytes(kept_output_);
   if (stage_ != 1 || reduce_all_) n += storage_bytes(reduce_input_);
   return n;

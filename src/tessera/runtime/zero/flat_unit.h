@@ -124,6 +124,10 @@ class FlatUnit {
   bool keep_reduce_buffers_ = false;
   at::Tensor kept_input_;   // stage 2 between micro-steps (set_keep_reduce_buffers)
   at::Tensor kept_output_;
+  // Stages 1 and 2: the last reduce-scatter's output, from the boundary's
+  // reduction until the all-gather after the step uses it as its input (one
+  // shard-sized buffer per step instead of two; nothing held between steps).
+  at::Tensor spare_shard_;
   comm::WorkHandle gather_work_;
   at::Tensor gather_input_;
   ShardStore* store_ = nullptr;  // stage 3 with offloaded shards
