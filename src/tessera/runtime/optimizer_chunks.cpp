@@ -29,6 +29,31 @@ GroupParamsGuard::~GroupParamsGuard() {
   for (size_t g = 0; g < groups.size(); ++g) groups[g].params() = std::move(saved_[g]);
 }
 
+int64_t step_range(torch::optim::Optimizer& optimizer, size_t group, const at::Tensor& param,
+                   const at::Tensor& grad, const std::vector<at::Tensor>& fields, int64_t begin,
+                   int64_t n, bool has_state, int64_t step) {
+  at::Tensor range = alias_range(param, begin, n);
+  range.mutable_grad() = alias_range(grad, begin, n);
+  std::vector<at::Tensor> state;
+  for (const auto& f : fields) state.push_back(alias_range(f, begin, n));
+  if (has_state) put_param_state(optimizer, range, step, state);
+  auto& params = optimizer.param_groups().at(group).params();
+  params = {range};
+  optimizer.step();
+  params.clear();
+  int64_t step_after = 0;
+  std::vector<at::Tensor> stepped;
+  const bool has = take_param_state(optimizer, range, &step_after, &stepped);
+  // SGD without momentum keeps no state at all.
+  TS_INTERNAL_ASSERT(has ? stepped.size() == state.size() : state.empty(),
+                     "the optimizer's state after a step does not have the expected fields");
+  // A state the optimizer created itself (the first step) lives in its own memory.
+  for (size_t k = 0; k < state.size(); ++k) {
+    if (stepped[k].data_ptr() != state[k].data_ptr()) state[k].copy_(stepped[k].reshape({-1}));
+  }
+  return step_after;
+}
+
 namespace {
 
 bool elementwise_known(const torch::optim::Optimizer& optimizer) {
@@ -42,42 +67,26 @@ bool steps_in_chunks(const at::Tensor& p, int64_t chunk_numel) {
          g.is_contiguous() && g.numel() == p.numel();
 }
 
-// Steps `param` (group g's only parameter meanwhile) range by range. Its state,
-// if any, is taken out of the optimizer, handed over a range at a time as views
-// and put back whole with the step count the ranges reached.
+// Steps `param` (group g's only parameter meanwhile) range by range. Its state
+// is taken out of the optimizer (or, before the first step, made empty in the
+// parameter's shape), handed over a range at a time as views and put back whole
+// with the step count the ranges reached.
 void step_by_ranges(torch::optim::Optimizer& optimizer, size_t g, const at::Tensor& param,
                     int64_t chunk_numel) {
-  auto& group = optimizer.param_groups()[g];
   int64_t step = 0;
   std::vector<at::Tensor> whole;
   const bool had_state = take_param_state(optimizer, param, &step, &whole);
+  if (!had_state) {
+    const auto fields = param_state_fields(optimizer, optimizer.param_groups()[g].options());
+    for (size_t k = 0; k < fields.size(); ++k) {
+      whole.push_back(at::empty_like(param, at::MemoryFormat::Contiguous));
+    }
+  }
   int64_t step_after = step;
   const int64_t n = param.numel();
   for (int64_t begin = 0; begin < n; begin += chunk_numel) {
-    const int64_t len = std::min(chunk_numel, n - begin);
-    at::Tensor range = alias_range(param, begin, len);
-    range.mutable_grad() = alias_range(param.grad(), begin, len);
-    std::vector<at::Tensor> views;
-    for (const auto& f : whole) views.push_back(alias_range(f, begin, len));
-    if (had_state) put_param_state(optimizer, range, step, views);
-    group.params() = {range};
-    optimizer.step();
-    group.params().clear();
-    int64_t stepped_count = 0;
-    std::vector<at::Tensor> stepped;
-    if (!take_param_state(optimizer, range, &stepped_count, &stepped)) continue;  // plain SGD
-    // Before the first step the optimizer creates the state of each range
-    // itself: gather it into whole tensors shaped like the parameter.
-    if (whole.empty()) {
-      for (const auto& f : stepped) whole.push_back(at::empty(param.sizes(), f.options()));
-      for (const auto& f : whole) views.push_back(alias_range(f, begin, len));
-    }
-    TS_INTERNAL_ASSERT(stepped.size() == whole.size(),
-                       "the optimizer's state fields changed between ranges of one step");
-    for (size_t k = 0; k < stepped.size(); ++k) {
-      if (stepped[k].data_ptr() != views[k].data_ptr()) views[k].copy_(stepped[k].reshape({-1}));
-    }
-    step_after = stepped_count;
+    step_after = step_range(optimizer, g, param, param.grad(), whole, begin,
+                            std::min(chunk_numel, n - begin), had_state, step);
   }
   if (!whole.empty()) put_param_state(optimizer, param, step_after, whole);
 }

@@ -47,6 +47,17 @@ class GroupParamsGuard {
   std::vector<std::vector<at::Tensor>> saved_;
 };
 
+// Steps elements [begin, begin + n) of `param` (contiguous), with the same range
+// of `grad`, as parameter group `group`'s only parameter (the groups emptied by a
+// GroupParamsGuard). `fields` are the parameter's state tensors in
+// param_state_fields order, the range's state read from and written to them; with
+// has_state false (before the first step) the optimizer creates the range's state
+// itself and it is copied into `fields`. Returns the step count the range reached
+// (0 for an optimizer that keeps no state). For Adam, AdamW and SGD only.
+int64_t step_range(torch::optim::Optimizer& optimizer, size_t group, const at::Tensor& param,
+                   const at::Tensor& grad, const std::vector<at::Tensor>& fields, int64_t begin,
+                   int64_t n, bool has_state, int64_t step);
+
 // One optimizer.step(): the parameters of up to chunk_numel elements together,
 // each larger contiguous one with a gradient in ranges of chunk_numel elements
 // (its state handed to the optimizer as views of the range, so it is updated in

@@ -88,36 +88,10 @@ void OptimizerSwapper::update(size_t i, torch::optim::Optimizer& optimizer) {
   // Eighths of the piece, whole multiples of 1024 elements.
   const int64_t chunk = std::max<int64_t>(1024, (p.numel / 8 + 1023) / 1024 * 1024);
   for (int64_t c = 0; c < p.numel; c += chunk) {
-    step_chunk(optimizer, p.unit, param, grad, fields, c, std::min(chunk, p.numel - c));
+    // Every chunk of the unit starts from u.step; the unit moves on after all of them.
+    steps_after_[p.unit] = step_range(optimizer, u.group, param, grad, fields, c,
+                                      std::min(chunk, p.numel - c), u.has_state, u.step);
   }
-}
-
-void OptimizerSwapper::step_chunk(torch::optim::Optimizer& optimizer, size_t unit,
-                                  const at::Tensor& param, const at::Tensor& grad,
-                                  const std::vector<at::Tensor>& fields, int64_t begin,
-                                  int64_t n) {
-  const UnitSwapFiles& u = units_[unit];
-  at::Tensor p = alias_range(param, begin, n);
-  p.mutable_grad() = alias_range(grad, begin, n);
-  std::vector<at::Tensor> state;
-  for (const auto& f : fields) state.push_back(alias_range(f, begin, n));
-  if (u.has_state) put_param_state(optimizer, p, u.step, state);
-  auto& group = optimizer.param_groups().at(u.group);
-  group.params() = {p};
-  optimizer.step();
-  group.params().clear();
-  int64_t step = 0;
-  std::vector<at::Tensor> stepped;
-  const bool has = take_param_state(optimizer, p, &step, &stepped);
-  // SGD without momentum keeps no state at all.
-  TS_INTERNAL_ASSERT(has ? stepped.size() == state.size() : state.empty(),
-                     "the optimizer's state after a step does not have the expected fields");
-  // A state the optimizer created itself (the first step) lives in its own memory.
-  for (size_t k = 0; k < state.size(); ++k) {
-    if (stepped[k].data_ptr() != state[k].data_ptr()) state[k].copy_(stepped[k]);
-  }
-  // Every chunk of the unit starts from u.step; the unit moves on after all of them.
-  steps_after_[unit] = step;
 }
 
 void OptimizerSwapper::store(size_t i) {

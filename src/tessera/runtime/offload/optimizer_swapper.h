@@ -68,10 +68,6 @@ class OptimizerSwapper {
   // The region of slot memory that holds field k of a piece, or (k ==
   // param_region_) its parameter values.
   at::Tensor region(Slot& slot, size_t k, const Piece& p) const;
-  // Steps elements [begin, begin + n) of the piece's tensors (aliases of them).
-  void step_chunk(torch::optim::Optimizer& optimizer, size_t unit, const at::Tensor& param,
-                  const at::Tensor& grad, const std::vector<at::Tensor>& fields, int64_t begin,
-                  int64_t n);
   int64_t region_bytes() const;
 
   AsyncIo& io_;
