@@ -20,6 +20,7 @@ PACKAGES=(
   python3-protobuf             # the tests' second TensorBoard event-file reader
   python3-sklearn              # ships the 8x8 handwritten digits (tessera train --task digits)
   iproute2 procps psmisc       # network-namespace test hosts, process inspection
+  openssh-server openssh-client  # multi-host launch over SSH (tests run sshd inside namespace hosts)
   clang-14 libclang-rt-14-dev  # libFuzzer + sanitizers for the parser fuzz targets (tests/fuzz)
 )
 

@@ -68,7 +68,7 @@ TEST(LaunchOptions, ErrorsNameTheFlag) {
             "unknown option '--bogus' (run 'tessera run --help' for the options)");
   EXPECT_EQ(error_of({"-n", "0", "p"}), "-n expects a positive number of processes, got '0'");
   EXPECT_EQ(error_of({"-n", "1x", "p"}), "-n expects a positive number of processes, got '1x'");
-  EXPECT_NE(error_of({"--nnodes", "1:4", "p"}).find("elastic"), std::string::npos);
+  EXPECT_EQ(error_of({"--nnodes", "3:2", "p"}), "--nnodes '3:2': MIN must not exceed MAX");
   EXPECT_EQ(error_of({"--nnodes", "2", "--node-rank", "2", "p"}),
             "--node-rank 2 must be less than --nnodes 2 (node ranks are 0..1)");
   EXPECT_EQ(error_of({"--nnodes", "2", "--master-port", "0", "p"}).rfind("--master-port 0", 0), 0u);

@@ -79,17 +79,19 @@ TEST(Launcher, EnvironmentContract) {
 
 TEST(Launcher, GeneratesAJobTokenAndHonoursNodeRank) {
   std::string m = unique_marker("token");
-  // Node 1 of 2 hosts no store; it needs the shared token and a fixed port.
+  // A node of several needs the shared token and a fixed port.
   auto r = run_command("env -u TESSERA_JOB_TOKEN " + launch_line("-n 1", m, "env"), 30);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   std::string token = env_of_rank(r.output, 0)["TESSERA_JOB_TOKEN"];
   EXPECT_EQ(token.size(), 32u) << r.output;
   EXPECT_EQ(token.find_first_not_of("0123456789abcdef"), std::string::npos) << token;
 
-  auto r2 = run_command("TESSERA_JOB_TOKEN=abc " + tessera_bin() +
-                            " run -n 2 --nnodes 2 --node-rank 1 --master-port 29999 " + kWorker +
-                            " " + m + " env",
-                        30);
+  // Node 1's agent joins node 0's rendezvous (started alongside, output dropped).
+  auto node = [&](int rank) {
+    return "TESSERA_JOB_TOKEN=abc " + tessera_bin() + " run -n 2 --nnodes 2 --node-rank " +
+           std::to_string(rank) + " --master-port 29999 " + kWorker + " " + m + " env";
+  };
+  auto r2 = run_command(node(0) + " >/dev/null 2>&1 & " + node(1) + "; e=$?; wait; exit $e", 30);
   ASSERT_EQ(r2.exit_code, 0) << r2.output;
   auto v = env_of_rank(r2.output, 3);
   EXPECT_EQ(v["RANK"], "3") << r2.output;

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "testing/files.h"
+#include "testing/netns_hosts.h"
 #include "testing/subprocess.h"
 
 namespace tessera::testing {
@@ -30,34 +31,6 @@ namespace {
 constexpr int kNodes = 2;
 constexpr int kRanksPerNode = 2;
 constexpr double kJobTimeoutSeconds = 120;
-
-std::string netns_script() {
-  const char* src = std::getenv("TESSERA_SOURCE_DIR");
-  return std::string(src ? src : ".") + "/scripts/netns-hosts.sh";
-}
-
-// Emulated hosts PREFIX-h0..h{n-1}; the destructor deletes them whatever happened.
-// A prefix of its own keeps this test apart from other namespace tests running
-// at the same time.
-class NetnsHosts {
- public:
-  NetnsHosts(std::string prefix, int n) : prefix_(std::move(prefix)), n_(n) {}
-  ~NetnsHosts() { run("down"); }
-  NetnsHosts(const NetnsHosts&) = delete;
-  NetnsHosts& operator=(const NetnsHosts&) = delete;
-
-  CommandResult up() { return run("up"); }
-  std::string name(int host) const { return prefix_ + "-h" + std::to_string(host); }
-
- private:
-  CommandResult run(const std::string& verb) {
-    return run_command("TESSERA_NETNS_PREFIX=" + prefix_ + " " + netns_script() + " " + verb + " " +
-                           std::to_string(n_),
-                       30);
-  }
-  std::string prefix_;
-  int n_;
-};
 
 // Values of the lines "[rank r] KEY<value>" of `log`, one per line found.
 std::vector<std::string> rank_values(const std::string& log, int rank, const std::string& key) {
@@ -164,15 +137,8 @@ void expect_nothing_left(const JobOutcome& out, const std::string& prefix,
   EXPECT_EQ(netns.output.find(prefix), std::string::npos) << "namespaces remain:\n" << netns.output;
 }
 
-// The reason to skip, or "" when namespaces can be made here.
-std::string skip_reason() {
-  if (geteuid() != 0) return "needs root to create network namespaces";
-  if (run_command("command -v ip", 5).exit_code != 0) return "needs iproute2 (ip)";
-  return "";
-}
-
 TEST(MultiHost, CollectiveSuiteThroughLauncher) {
-  if (std::string why = skip_reason(); !why.empty()) GTEST_SKIP() << why;
+  if (std::string why = netns_skip_reason(false); !why.empty()) GTEST_SKIP() << why;
   const std::string prefix = "tsmh" + std::to_string(getpid());
   const std::string marker = "tessera_multihost_" + std::to_string(getpid());
   JobOutcome out = run_job(prefix, marker, "TESSERA_GLOO_IFACE=eth0");
@@ -203,7 +169,7 @@ TEST(MultiHost, CollectiveSuiteThroughLauncher) {
 // address choice (the route to MASTER_ADDR, not the host name, which resolves
 // to loopback here).
 TEST(MultiHost, FailedCheckFailsBothLaunchers) {
-  if (std::string why = skip_reason(); !why.empty()) GTEST_SKIP() << why;
+  if (std::string why = netns_skip_reason(false); !why.empty()) GTEST_SKIP() << why;
   const std::string prefix = "tsmf" + std::to_string(getpid());
   const std::string marker = "tessera_multihost_fail_" + std::to_string(getpid());
   JobOutcome out = run_job(prefix, marker, "TESSERA_BACKEND=gloo");

@@ -63,6 +63,12 @@ const std::vector<EnvVar>& registry() {
       {"TESSERA_STORE_PORT", nullptr,
        "store port if different from MASTER_PORT (`tessera run` sets it: MASTER_PORT is then the "
        "port of a torch.distributed program's own store)"},
+      {"TESSERA_HOST_LABEL", nullptr,
+       "set by a multi-host `tessera run`: the host name the agent prefixes output and error "
+       "reports with (the hostfile's name for the host)"},
+      {"TESSERA_ENV_FILE", nullptr,
+       "multi-host `tessera run`: file naming extra variables to pass to every host (default "
+       "./.tessera_env, then ~/.tessera_env)"},
       {"TESSERA_SHM_CHUNK_BYTES", "1048576",
        "shm backend: bytes per rank and pipeline buffer (the all_reduce chunk); same on every rank"},
       {"TESSERA_GLOO_IFACE", nullptr, "network interface Gloo binds (default: host of MASTER_ADDR)"},

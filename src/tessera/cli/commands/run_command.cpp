@@ -1,6 +1,8 @@
-// tessera run: torchrun for Tessera. Parses the flags, hosts the job's store on
-// node 0, starts the local workers, supervises them, and restarts them all after a
-// failure while --max-restarts allows. See docs/launcher.md.
+// tessera run: torchrun for Tessera. One node: hosts the job's store, starts the
+// local workers, supervises them, and restarts them all after a failure while
+// --max-restarts allows (docs/launcher.md). Several nodes: one agent per node
+// (node_agent.h), started by hand, by a scheduler, or over SSH from a hostfile
+// (ssh_launch.h); docs/multihost.md.
 #include <cstdio>
 #include <memory>
 #include <vector>
@@ -10,6 +12,9 @@
 #include "tessera/cli/launcher/failure_summary.h"
 #include "tessera/cli/launcher/hang_watch.h"
 #include "tessera/cli/launcher/launch_options.h"
+#include "tessera/cli/launcher/local_workers.h"
+#include "tessera/cli/launcher/node_agent.h"
+#include "tessera/cli/launcher/ssh_launch.h"
 #include "tessera/cli/launcher/output_relay.h"
 #include "tessera/cli/launcher/supervisor.h"
 #include "tessera/cli/launcher/worker_env.h"
@@ -23,57 +28,11 @@
 namespace tessera::cli {
 namespace {
 
-// Multi-node jobs share one secret; a single node may make one up.
-std::string job_token(const LaunchOptions& o) {
-  if (auto token = env::get("TESSERA_JOB_TOKEN")) return *token;
-  TS_CHECK_T(ConfigError, o.nnodes == 1, "--nnodes ", o.nnodes,
-             " needs the same TESSERA_JOB_TOKEN exported on every node "
-             "(e.g. export TESSERA_JOB_TOKEN=$(head -c16 /dev/urandom | od -An -tx1 | tr -d ' \\n'))");
-  return random_job_token();
-}
-
-// Starts every local worker. If one cannot start, the ones already started are
-// killed and reaped (by their destructors) before the error propagates.
-std::vector<std::unique_ptr<WorkerProcess>> start_workers(const LaunchOptions& o,
-                                                          const JobContext& job) {
-  const std::vector<std::string> base = current_environment();
-  std::vector<std::unique_ptr<WorkerProcess>> workers;
-  for (int local = 0; local < o.nproc_per_node; ++local) {
-    WorkerSpec spec;
-    spec.rank = o.global_rank(local);
-    spec.local_rank = local;
-    spec.argv = o.program;
-    spec.env = worker_environment(o, job, local, base);
-    workers.push_back(std::make_unique<WorkerProcess>(spec));
-  }
-  return workers;
-}
-
-// MASTER_PORT for a torch.distributed program, whose rank 0 binds its own
-// store there: the port after Tessera's store (every node computes the same),
-// or, on one node with --master-port 0, another free port.
-int torch_program_port(const LaunchOptions& o, int store_port) {
-  if (o.master_port != 0) {
-    TS_CHECK_T(ConfigError, o.master_port < 65535, "--master-port ", o.master_port,
-               " leaves no port after it for torch.distributed programs (MASTER_PORT is the "
-               "next one); use a lower port");
-    return o.master_port + 1;
-  }
-  comm::net::Socket probe = comm::net::listen_tcp(o.master_addr, 0);
-  const int port = comm::net::local_port(probe.fd());
-  return port != store_port ? port : 0;
-}
-
-void print_to_stderr(const std::string& text) {
-  std::fputs(text.c_str(), stderr);
-  std::fflush(stderr);
-}
-
 int launch(const LaunchOptions& o) {
   JobContext job;
   job.master_addr = o.master_addr;
   job.master_port = o.master_port;
-  job.token = job_token(o);
+  job.token = job_token(o, true);
 
   // Handlers first: a Ctrl-C from here on tears the job down instead of
   // killing the launcher mid-start.
@@ -129,6 +88,9 @@ int run_command(const Args& args) {
     std::fputs(launch_usage().c_str(), stdout);
     return 0;
   }
+  if (options.env_from_stdin) read_environment_from_stdin();
+  if (options.over_ssh()) return run_over_ssh(options);
+  if (options.nnodes > 1) return run_node_agent(options);
   return launch(options);
 }
 

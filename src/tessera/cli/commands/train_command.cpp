@@ -40,6 +40,7 @@
 #include "tessera/comm/init.h"
 #include "tessera/core/check.h"
 #include "tessera/core/env.h"
+#include "tessera/core/timer.h"
 
 namespace tessera::cli {
 namespace {
@@ -202,6 +203,7 @@ int train_command(const Args& args) {
   if (resume) {
     // Every rank sees the same directory; load agrees on the step.
     if (!checkpoint::list_steps(s.out_dir).empty()) {
+      const Stopwatch load_time;
       auto client = backend->load(s.out_dir);
       const int saved_world = client.value("sampler_world", shard.replicas);
       data.sampler().load_state(data::SamplerState::from_json(client.at("sampler").get<std::string>())
@@ -212,7 +214,7 @@ int train_command(const Args& args) {
         if (saved_world != shard.replicas) {
           std::printf(" (saved by %d ranks, resharded to %d)", saved_world, shard.replicas);
         }
-        std::printf("\n");
+        std::printf(" in %.3f s\n", load_time.seconds());
       }
     } else if (rank0) {
       std::printf("no checkpoint in %s: starting from scratch\n", s.out_dir.c_str());

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
@@ -12,10 +13,17 @@
 
 namespace tessera::cli {
 
-std::string error_file_json(const RoundResult& result, const OutputRelay& relay, int restarts) {
+std::string launcher_host_name() {
+  if (const char* label = std::getenv("TESSERA_HOST_LABEL"); label != nullptr && *label != '\0') {
+    return label;
+  }
   char host[256] = {0};
   if (::gethostname(host, sizeof(host) - 1) != 0) host[0] = '\0';
-  nlohmann::json info = {{"hostname", host}, {"restarts", restarts}};
+  return host;
+}
+
+std::string error_file_json(const RoundResult& result, const OutputRelay& relay, int restarts) {
+  nlohmann::json info = {{"hostname", launcher_host_name()}, {"restarts", restarts}};
   info["timestamp"] = std::to_string(std::chrono::duration_cast<std::chrono::seconds>(
                                          std::chrono::system_clock::now().time_since_epoch())
                                          .count());
@@ -31,6 +39,9 @@ std::string error_file_json(const RoundResult& result, const OutputRelay& relay,
     const auto& tail = relay.tail(result.first_failure);
     message = tail.empty() ? "rank " + std::to_string(w.rank) + " " + describe_exit(w)
                            : tail.back();
+  } else if (!result.stopped_by_peer.empty()) {
+    info["signal"] = "";
+    message = result.stopped_by_peer;
   } else {
     info["signal"] = result.launcher_signal != 0 ? signal_name(result.launcher_signal) : "";
     message = result.launcher_signal != 0
@@ -43,8 +54,11 @@ std::string error_file_json(const RoundResult& result, const OutputRelay& relay,
 
 void write_error_file(const std::string& path, const RoundResult& result,
                       const OutputRelay& relay, int restarts) {
-  if (path.empty()) return;
-  const std::string text = error_file_json(result, relay, restarts);
+  write_error_text(path, error_file_json(result, relay, restarts));
+}
+
+void write_error_text(const std::string& path, const std::string& text) {
+  if (path.empty() || text.empty()) return;
   try {
     core::replace_file_atomically<Error>(path, "error file", true, [&](const auto& write) {
       write(text.data(), text.size());

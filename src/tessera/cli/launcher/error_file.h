@@ -18,6 +18,10 @@
 
 namespace tessera::cli {
 
+// The name this launcher reports for its host: TESSERA_HOST_LABEL (the name the
+// hostfile launcher used to reach it) when set, else gethostname().
+std::string launcher_host_name();
+
 // The JSON text for a failed round (`restarts`: how many restarts were used).
 std::string error_file_json(const RoundResult& result, const OutputRelay& relay, int restarts);
 
@@ -25,5 +29,8 @@ std::string error_file_json(const RoundResult& result, const OutputRelay& relay,
 // the job's own exit code matters more.
 void write_error_file(const std::string& path, const RoundResult& result,
                       const OutputRelay& relay, int restarts);
+// Writes an error-file body made elsewhere (by the agent whose worker failed);
+// nothing when `path` or `text` is empty.
+void write_error_text(const std::string& path, const std::string& text);
 
 }  // namespace tessera::cli

@@ -51,6 +51,9 @@ std::string format_failure_summary(const RoundResult& result, const OutputRelay&
       out << "tessera run: it was stopped as hung: " << w.hung << "\n";
     }
   }
+  if (!result.stopped_by_peer.empty()) {
+    out << "tessera run: stopped because of another node: " << result.stopped_by_peer << "\n";
+  }
   if (result.launcher_signal != 0) {
     out << "tessera run: the launcher received " << signal_name(result.launcher_signal)
         << " and forwarded it to every worker\n";

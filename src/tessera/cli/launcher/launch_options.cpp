@@ -12,7 +12,9 @@ namespace {
 // Every flag that takes a value, under each spelling users bring from torchrun.
 enum class Flag {
   kNproc, kNnodes, kNodeRank, kAddr, kPort, kLogDir, kRestarts, kGrace, kRunId,
-  kHeartbeat, kStallShutdown, kErrorFile, kMalloc
+  kHeartbeat, kStallShutdown, kErrorFile, kMalloc, kRdzvId, kRdzvEndpoint, kMonitorInterval,
+  kJoinTimeout, kLastCall, kNodeTimeout, kHostfile, kHosts, kInclude, kExclude, kNumNodes,
+  kProcsPerNode, kSshPort, kSshOption
 };
 
 struct FlagName {
@@ -34,6 +36,19 @@ const FlagName kValueFlags[] = {
     {"--stall-shutdown", Flag::kStallShutdown}, {"--stall_shutdown", Flag::kStallShutdown},
     {"--error-file", Flag::kErrorFile}, {"--error_file", Flag::kErrorFile},
     {"--malloc", Flag::kMalloc},
+    {"--rdzv-id", Flag::kRdzvId},       {"--rdzv_id", Flag::kRdzvId},
+    {"--rdzv-endpoint", Flag::kRdzvEndpoint}, {"--rdzv_endpoint", Flag::kRdzvEndpoint},
+    {"--monitor-interval", Flag::kMonitorInterval}, {"--monitor_interval", Flag::kMonitorInterval},
+    {"--join-timeout", Flag::kJoinTimeout}, {"--join_timeout", Flag::kJoinTimeout},
+    {"--last-call-timeout", Flag::kLastCall}, {"--last_call_timeout", Flag::kLastCall},
+    {"--node-timeout", Flag::kNodeTimeout}, {"--node_timeout", Flag::kNodeTimeout},
+    {"--hostfile", Flag::kHostfile},    {"-H", Flag::kHosts},
+    {"--hosts", Flag::kHosts},          {"--include", Flag::kInclude},
+    {"--exclude", Flag::kExclude},      {"--num-nodes", Flag::kNumNodes},
+    {"--num_nodes", Flag::kNumNodes},   {"--num-procs-per-node", Flag::kProcsPerNode},
+    {"--num_procs_per_node", Flag::kProcsPerNode}, {"--num_gpus", Flag::kProcsPerNode},
+    {"--ssh-port", Flag::kSshPort},     {"--ssh_port", Flag::kSshPort},
+    {"--ssh-option", Flag::kSshOption}, {"--ssh_option", Flag::kSshOption},
 };
 
 const FlagName* find_flag(const std::string& name) {
@@ -68,18 +83,73 @@ void apply(LaunchOptions& o, Flag flag, const std::string& name, const std::stri
       o.nproc_per_node = parse_int(name, value, 1, 4096, "a positive number of processes");
       break;
     case Flag::kNnodes: {
-      // torchrun's elastic "MIN:MAX" form is accepted when MIN == MAX.
-      std::string v = value;
-      auto colon = v.find(':');
-      if (colon != std::string::npos) {
-        TS_CHECK_T(ConfigError, v.substr(0, colon) == v.substr(colon + 1), name,
-                   " expects a fixed number of nodes (elastic MIN:MAX ranges are not "
-                   "supported), got '", value, "'");
-        v = v.substr(0, colon);
+      // N, or torchrun's elastic MIN:MAX.
+      auto colon = value.find(':');
+      if (colon == std::string::npos) {
+        o.nnodes = o.min_nodes = parse_int(name, value, 1, 65536, "a positive number of nodes");
+      } else {
+        o.min_nodes = parse_int(name, value.substr(0, colon), 1, 65536, "MIN:MAX with MIN >= 1");
+        o.nnodes = parse_int(name, value.substr(colon + 1), 1, 65536, "MIN:MAX with MAX >= 1");
+        TS_CHECK_T(ConfigError, o.min_nodes <= o.nnodes, name, " '", value,
+                   "': MIN must not exceed MAX");
       }
-      o.nnodes = parse_int(name, v, 1, 65536, "a positive number of nodes");
+      o.nnodes_given = true;
       break;
     }
+    case Flag::kRdzvId:
+      TS_CHECK_T(ConfigError, !value.empty() && value.find('/') == std::string::npos, name,
+                 " expects an id without '/', got '", value, "'");
+      o.rdzv_id = value;
+      break;
+    case Flag::kRdzvEndpoint: {
+      auto colon = value.rfind(':');
+      TS_CHECK_T(ConfigError, colon != std::string::npos && colon > 0, name,
+                 " expects HOST:PORT, got '", value, "'");
+      parse_int(name, value.substr(colon + 1), 1, 65535, "HOST:PORT with a port in 1..65535");
+      o.rdzv_endpoint = value;
+      break;
+    }
+    case Flag::kMonitorInterval:
+      o.monitor_interval = parse_seconds(name, value);
+      TS_CHECK_T(ConfigError, o.monitor_interval > 0, name, " must be > 0");
+      break;
+    case Flag::kJoinTimeout:
+      o.join_timeout = parse_seconds(name, value);
+      break;
+    case Flag::kLastCall:
+      o.last_call_timeout = parse_seconds(name, value);
+      break;
+    case Flag::kNodeTimeout:
+      o.node_timeout = parse_seconds(name, value);
+      TS_CHECK_T(ConfigError, o.node_timeout > 0, name, " must be > 0");
+      break;
+    case Flag::kHostfile:
+      TS_CHECK_T(ConfigError, !value.empty(), name, " expects a file, got ''");
+      o.hostfile = value;
+      break;
+    case Flag::kHosts:
+      TS_CHECK_T(ConfigError, !value.empty(), name, " expects host:slots,..., got ''");
+      o.host_list = value;
+      break;
+    case Flag::kInclude:
+      o.selection.include = value;
+      break;
+    case Flag::kExclude:
+      o.selection.exclude = value;
+      break;
+    case Flag::kNumNodes:
+      o.selection.num_nodes = parse_int(name, value, 1, 65536, "a positive number of hosts");
+      break;
+    case Flag::kProcsPerNode:
+      o.selection.procs_per_node = parse_int(name, value, 1, 4096, "a positive number of slots");
+      break;
+    case Flag::kSshPort:
+      o.ssh_port = parse_int(name, value, 1, 65535, "a port in 1..65535");
+      break;
+    case Flag::kSshOption:
+      TS_CHECK_T(ConfigError, !value.empty(), name, " expects an ssh option like ConnectTimeout=5");
+      o.ssh_options.push_back(value);
+      break;
     case Flag::kNodeRank:
       o.node_rank = parse_int(name, value, 0, 65535, "a node rank >= 0");
       break;
@@ -130,7 +200,14 @@ void validate(const LaunchOptions& o) {
   TS_CHECK_T(ConfigError, !o.program[0].empty(), "the program name is empty");
   TS_CHECK_T(ConfigError, o.stall_shutdown == 0 || o.heartbeat_timeout > 0,
              "--stall-shutdown needs hung-worker detection: --heartbeat-timeout must be > 0");
-  TS_CHECK_T(ConfigError, o.nnodes == 1 || o.master_port != 0,
+  TS_CHECK_T(ConfigError, !(o.over_ssh() && !o.hostfile.empty() && !o.host_list.empty()),
+             "--hostfile and -H both list hosts; pass one of them");
+  TS_CHECK_T(ConfigError,
+             o.over_ssh() || (o.selection.include.empty() && o.selection.exclude.empty() &&
+                              o.selection.num_nodes < 0 && o.selection.procs_per_node < 0),
+             "--include, --exclude, --num-nodes and --num-procs-per-node select hosts of a "
+             "--hostfile or -H list; pass one of those too");
+  TS_CHECK_T(ConfigError, o.nnodes == 1 || o.over_ssh() || o.master_port != 0,
              "--master-port 0 only works on one node: with --nnodes ", o.nnodes,
              " every node must be told the same port");
 }
@@ -149,6 +226,10 @@ LaunchOptions parse_launch_options(const std::vector<std::string>& args) {
     if (arg.size() < 2 || arg[0] != '-') break;  // the program: stop parsing
     if (arg == "-h" || arg == "--help") {
       o.help = true;
+      continue;
+    }
+    if (arg == "--agent-env-stdin") {
+      o.env_from_stdin = true;
       continue;
     }
     if (arg == "--standalone") {  // torchrun's single-node mode: a free port
@@ -212,7 +293,25 @@ std::string launch_usage() {
          "                          system: glibc's defaults. A set GLIBC_TUNABLES wins.\n"
          "  -h, --help              show this help\n"
          "\n"
-         "Multi-node: export the same TESSERA_JOB_TOKEN on every node. See docs/launcher.md.\n";
+         "several nodes (docs/multihost.md):\n"
+         "  --nnodes MIN:MAX        elastic: go on with MIN..MAX nodes (N: exactly N)\n"
+         "  --rdzv-id ID            rendezvous id shared by the job's nodes (default none)\n"
+         "  --rdzv-endpoint H:P     node 0's rendezvous store (default master-addr:port+2)\n"
+         "  --monitor-interval S    how often nodes check on each other (default 0.5)\n"
+         "  --join-timeout S        wait this long for MIN nodes (default 600)\n"
+         "  --last-call-timeout S   after MIN nodes, wait this long for more (default 30)\n"
+         "  --node-timeout S        a node silent this long is lost (default 30)\n"
+         "hosts over SSH, from this machine:\n"
+         "  --hostfile FILE         'host slots=N' or 'host:N' lines; one agent per host\n"
+         "  -H, --hosts LIST        host1:2,host2:2 instead of a hostfile\n"
+         "  --include SPEC          only these hosts/slots: host1:0,2@host2\n"
+         "  --exclude SPEC          all but these hosts/slots\n"
+         "  --num-nodes N           the first N hosts\n"
+         "  --num-procs-per-node N  the first N slots of each host\n"
+         "  --ssh-port P            ssh port (default: ssh's)\n"
+         "  --ssh-option OPT        passed to ssh as -o OPT (repeatable)\n"
+         "\n"
+         "Multi-node without a hostfile: export the same TESSERA_JOB_TOKEN on every node.\n";
 }
 
 }  // namespace tessera::cli

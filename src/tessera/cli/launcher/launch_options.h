@@ -15,11 +15,15 @@
 #include <string>
 #include <vector>
 
+#include "tessera/cli/launcher/hostfile.h"
+
 namespace tessera::cli {
 
 struct LaunchOptions {
   int nproc_per_node = 1;
-  int nnodes = 1;
+  int nnodes = 1;      // --nnodes MAX (or N)
+  int min_nodes = 1;   // --nnodes MIN (N when no range is given)
+  bool nnodes_given = false;
   int node_rank = 0;
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;  // 0: the store picks a free port (single node only)
@@ -36,10 +40,34 @@ struct LaunchOptions {
   // Workers' malloc (worker_env.h): true ("retain", the default) keeps freed
   // memory in the process for reuse; false ("system") leaves glibc's defaults.
   bool malloc_retain = true;
+
+  // Multi-node rendezvous (rendezvous.h): its id, node 0's store for it
+  // ("" = master-addr at master-port + 2), how often agents check on each other,
+  // and how long they wait.
+  std::string rdzv_id = "none";
+  std::string rdzv_endpoint;
+  double monitor_interval = 0.5;
+  double join_timeout = 600;
+  double last_call_timeout = 30;
+  double node_timeout = 30;
+
+  // Hosts reached over SSH (hostfile.h, ssh_launch.h): a hostfile or -H list,
+  // narrowed by --include/--exclude/--num-nodes/--num-procs-per-node.
+  std::string hostfile;
+  std::string host_list;
+  HostSelection selection;
+  int ssh_port = 0;                      // 0: ssh's own default
+  std::vector<std::string> ssh_options;  // each passed as "-o OPTION"
+  // Set on the agents the hostfile launcher starts: read the job's environment
+  // ("NAME=value" lines up to an empty line) from stdin, and stop the workers
+  // when stdin closes (the launcher or its connection is gone).
+  bool env_from_stdin = false;
+
   bool help = false;
   std::vector<std::string> program;  // PROGRAM then its ARGS
 
   int world_size() const { return nproc_per_node * nnodes; }
+  bool over_ssh() const { return !hostfile.empty() || !host_list.empty(); }
   // Global rank of this node's local rank `local_rank`.
   int global_rank(int local_rank) const { return node_rank * nproc_per_node + local_rank; }
 };

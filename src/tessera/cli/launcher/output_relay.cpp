@@ -38,14 +38,16 @@ void make_dirs(const std::string& path) {
 
 }  // namespace
 
-OutputRelay::OutputRelay(std::vector<int> ranks, const std::string& log_dir) {
+OutputRelay::OutputRelay(std::vector<int> ranks, const std::string& log_dir, bool truncate) {
   ranks_.resize(ranks.size());
   if (!log_dir.empty()) make_dirs(log_dir);
   for (size_t i = 0; i < ranks.size(); ++i) {
     ranks_[i].rank = ranks[i];
+    ranks_[i].prefix = "[rank " + std::to_string(ranks[i]) + "] ";
     if (log_dir.empty()) continue;
     std::string path = log_dir + "/rank_" + std::to_string(ranks[i]) + ".log";
-    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | (truncate ? O_TRUNC : 0) | O_APPEND | O_CLOEXEC,
+                    0644);
     if (fd < 0) {
       int e = errno;
       TS_THROW(Error, "cannot open log file ", path, ": ", std::strerror(e),
@@ -61,8 +63,21 @@ OutputRelay::~OutputRelay() {
   }
 }
 
+void OutputRelay::label_with_host(const std::string& host) {
+  for (auto& r : ranks_) r.prefix = "[" + host + ":" + std::to_string(r.rank) + "] ";
+}
+
+void OutputRelay::pass_through_hosts(const std::vector<std::string>& hosts) {
+  for (size_t i = 0; i < ranks_.size() && i < hosts.size(); ++i) {
+    ranks_[i].prefix = "[" + hosts[i] + "] ";
+    ranks_[i].pass_through = "[" + hosts[i] + ":";
+  }
+}
+
 void OutputRelay::emit(RankState& r, Stream stream, const char* data, size_t size) {
-  std::string line = "[rank " + std::to_string(r.rank) + "] ";
+  const bool as_is = !r.pass_through.empty() && size >= r.pass_through.size() &&
+                     std::memcmp(data, r.pass_through.data(), r.pass_through.size()) == 0;
+  std::string line = as_is ? std::string() : r.prefix;
   line.append(data, size);
   line += '\n';
   write_all(stream == Stream::kStdout ? STDOUT_FILENO : STDERR_FILENO, line);

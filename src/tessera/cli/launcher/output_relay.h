@@ -29,7 +29,8 @@ class OutputRelay {
   // ranks[i] is the global rank of local worker i. With a non-empty log_dir,
   // creates the directory (and parents) and truncates DIR/rank_<r>.log; throws
   // Error naming the path when that fails.
-  OutputRelay(std::vector<int> ranks, const std::string& log_dir);
+  // `truncate` false appends to existing log files (a later round of an elastic job).
+  OutputRelay(std::vector<int> ranks, const std::string& log_dir, bool truncate = true);
   ~OutputRelay();
   OutputRelay(const OutputRelay&) = delete;
   OutputRelay& operator=(const OutputRelay&) = delete;
@@ -41,12 +42,20 @@ class OutputRelay {
   // A launcher note about a rank (e.g. "restarting"): goes to stderr and the log.
   void note(int local, const std::string& text);
 
+  // Prefixes "[host:r] " instead of "[rank r] " (a job on several hosts).
+  void label_with_host(const std::string& host);
+  // For the hostfile launcher relaying its agents: stream i's lines that already
+  // start with "[hosts[i]:" pass unchanged, others get "[hosts[i]] ".
+  void pass_through_hosts(const std::vector<std::string>& hosts);
+
   // The last lines of local worker `local`, oldest first, prefix included.
   const std::deque<std::string>& tail(int local) const { return ranks_[local].tail; }
 
  private:
   struct RankState {
     int rank = 0;
+    std::string prefix;        // what every line starts with
+    std::string pass_through;  // lines starting with this are left as they are
     std::string partial[2];
     std::deque<std::string> tail;
     int log_fd = -1;

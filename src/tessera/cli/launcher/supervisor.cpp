@@ -54,8 +54,15 @@ std::vector<int> drain_signal_pipe() {
 class Round {
  public:
   Round(std::vector<std::unique_ptr<WorkerProcess>>& workers, OutputRelay& relay, double grace,
-        HangWatch* hang_watch)
-      : workers_(workers), relay_(relay), grace_(grace), hang_watch_(hang_watch) {
+        HangWatch* hang_watch, const PeerWatch* peer_watch,
+        const std::function<void(WorkerProcess&, int)>& stop_action, int failures_tolerated)
+      : stop_action_(stop_action),
+        failures_tolerated_(failures_tolerated),
+        workers_(workers),
+        relay_(relay),
+        grace_(grace),
+        hang_watch_(hang_watch),
+        peer_watch_(peer_watch) {
     result_.workers.resize(workers.size());
   }
 
@@ -64,9 +71,11 @@ class Round {
       handle_signals(drain_signal_pipe());
       reap();
       check_hung();
+      check_peers();
       if (kill_at_ && Clock::now() >= *kill_at_) kill_all();
       if (running() == 0) break;
-      pump(kPollMs);
+      pump(peer_watch_ ? std::min<int>(kPollMs, static_cast<int>(peer_watch_->interval_seconds * 1000) + 1)
+                       : kPollMs);
     }
     // Helpers a worker left in its process group are part of the finished job.
     for (auto& w : workers_) w->signal_group(SIGKILL);
@@ -74,7 +83,8 @@ class Round {
     while (open_streams() > 0 && !drain.expired()) pump(std::min(kPollMs, drain.remaining_ms() + 1));
     close_streams();
     result_.seconds = watch_.seconds();
-    result_.success = result_.first_failure < 0 && result_.launcher_signal == 0;
+    result_.success = result_.first_failure < 0 && result_.launcher_signal == 0 &&
+                      result_.stopped_by_peer.empty();
     return result_;
   }
 
@@ -95,7 +105,11 @@ class Round {
     tearing_down_ = true;
     for (size_t i = 0; i < workers_.size(); ++i) {
       if (workers_[i]->running()) result_.workers[i].stopped_by_launcher = true;
-      workers_[i]->signal_group(sig);
+      if (stop_action_ && workers_[i]->running()) {
+        stop_action_(*workers_[i], sig);
+      } else {
+        workers_[i]->signal_group(sig);
+      }
     }
     kill_at_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                   std::chrono::duration<double>(grace_));
@@ -132,7 +146,7 @@ class Round {
       r.term_signal = w.term_signal();
       r.seconds = w.seconds();
       // Exits after teardown began are consequences, not the cause.
-      if (w.failed() && !tearing_down_) {
+      if (w.failed() && !tearing_down_ && failures_tolerated_-- <= 0) {
         result_.first_failure = static_cast<int>(i);
         begin_teardown(SIGTERM);
       }
@@ -150,6 +164,15 @@ class Round {
     r.pid = workers_[hung]->pid();
     r.hung = reason;
     result_.first_failure = hung;
+    begin_teardown(SIGTERM);
+  }
+
+  void check_peers() {
+    if (!peer_watch_ || peer_clock_.seconds() < peer_watch_->interval_seconds) return;
+    peer_clock_ = Stopwatch();
+    std::string reason = peer_watch_->poll();
+    if (reason.empty() || tearing_down_) return;
+    result_.stopped_by_peer = reason;
     begin_teardown(SIGTERM);
   }
 
@@ -194,10 +217,14 @@ class Round {
     }
   }
 
+  std::function<void(WorkerProcess&, int)> stop_action_;
+  int failures_tolerated_;
   std::vector<std::unique_ptr<WorkerProcess>>& workers_;
   OutputRelay& relay_;
   double grace_;
   HangWatch* hang_watch_;
+  const PeerWatch* peer_watch_;
+  Stopwatch peer_clock_;
   RoundResult result_;
   bool tearing_down_ = false;
   std::optional<Clock::time_point> kill_at_;  // when the grace period ends
@@ -235,8 +262,15 @@ Supervisor::~Supervisor() {
 }
 
 RoundResult Supervisor::supervise(std::vector<std::unique_ptr<WorkerProcess>>& workers,
-                                  OutputRelay& relay, HangWatch* hang_watch) {
-  return Round(workers, relay, grace_period_, hang_watch).run();
+                                  OutputRelay& relay, HangWatch* hang_watch,
+                                  const PeerWatch* peer_watch) {
+  return Round(workers, relay, grace_period_, hang_watch, peer_watch, stop_action_,
+               failures_tolerated_)
+      .run();
+}
+
+void Supervisor::set_stop_action(std::function<void(WorkerProcess&, int)> action) {
+  stop_action_ = std::move(action);
 }
 
 int Supervisor::take_pending_signal() {

@@ -17,6 +17,7 @@
 
 #include <sys/types.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -46,6 +47,17 @@ struct RoundResult {
   int first_failure = -1;   // index into workers of the first failure (-1: none)
   double seconds = 0;       // duration of the round
   std::vector<WorkerReport> workers;  // in local-rank order
+  // Why the round was stopped from outside (PeerWatch); "" when it was not.
+  std::string stopped_by_peer;
+};
+
+// Something outside this node that can end a round: the other nodes of the job.
+// `poll` is called about every `interval_seconds` while the round runs, teardown
+// included (so it may send heartbeats); once it returns a non-empty reason, the
+// workers are stopped as after a failure, and the reason is the round's.
+struct PeerWatch {
+  std::function<std::string()> poll;
+  double interval_seconds = 0.5;
 };
 
 class Supervisor {
@@ -60,7 +72,16 @@ class Supervisor {
   // `hang_watch`, a worker it finds hung past its shutdown time is the round's
   // failure, and the job is torn down as if it had failed.
   RoundResult supervise(std::vector<std::unique_ptr<WorkerProcess>>& workers,
-                        OutputRelay& relay, HangWatch* hang_watch = nullptr);
+                        OutputRelay& relay, HangWatch* hang_watch = nullptr,
+                        const PeerWatch* peer_watch = nullptr);
+
+  // How a child is asked to stop at teardown; by default its process group gets
+  // the signal. (The hostfile launcher closes its agents' stdin instead, so each
+  // agent stops its own workers and reports back before its ssh exits.)
+  void set_stop_action(std::function<void(WorkerProcess&, int sig)> action);
+  // Failures of up to `n` children are recorded but do not tear the round down
+  // (an elastic job goes on without a lost host's agent). Default 0.
+  void set_failures_tolerated(int n) { failures_tolerated_ = n; }
 
   // A SIGINT/SIGTERM/SIGHUP that arrived and was not yet consumed by supervise()
   // (checked between rounds); 0 when none.
@@ -68,6 +89,8 @@ class Supervisor {
 
  private:
   double grace_period_;
+  std::function<void(WorkerProcess&, int)> stop_action_;
+  int failures_tolerated_ = 0;
 };
 
 }  // namespace tessera::cli

@@ -28,8 +28,8 @@ void close_fd(int& fd) {
 
 // Everything between fork and exec. The launcher has other threads (the store
 // server), so only async-signal-safe calls are allowed here: no allocation, no locks.
-[[noreturn]] void exec_child(pid_t parent, int out_w, int err_w, int report_w, char* const* argv,
-                             char* const* envp) {
+[[noreturn]] void exec_child(pid_t parent, int in_r, int out_w, int err_w, int report_w,
+                             char* const* argv, char* const* envp) {
   // The parent blocked every signal around fork(). Drop the launcher's handlers
   // before unblocking, so a signal that arrives before exec cannot run them here.
   // Signals the launcher inherited as ignored (nohup's SIGHUP) stay ignored.
@@ -51,6 +51,7 @@ void close_fd(int& fd) {
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != parent) _exit(1);
 
+  if (in_r >= 0) dup2(in_r, STDIN_FILENO);
   dup2(out_w, STDOUT_FILENO);
   dup2(err_w, STDERR_FILENO);
   if (report_w != kReportFd) dup3(report_w, kReportFd, O_CLOEXEC);
@@ -82,6 +83,12 @@ WorkerProcess::WorkerProcess(const WorkerSpec& spec)
   // Built before fork: the child may not allocate.
   std::vector<char*> argv = c_strings(spec.argv);
   std::vector<char*> envp = c_strings(spec.env);
+  TS_CHECK(spec.stdin_text.size() <= 65536, "the stdin text for rank ", rank_,
+           " is over 64 KiB");
+  int in[2] = {-1, -1};
+  if (spec.stdin_pipe) {
+    TS_CHECK_ERRNO(Error, pipe2(in, O_CLOEXEC), "cannot create the stdin pipe of rank ", rank_);
+  }
   int out[2], err[2], report[2];
   TS_CHECK_ERRNO(Error, pipe2(out, O_CLOEXEC), "cannot create the stdout pipe of rank ", rank_);
   if (pipe2(err, O_CLOEXEC) != 0 || pipe2(report, O_CLOEXEC) != 0) {
@@ -95,14 +102,17 @@ WorkerProcess::WorkerProcess(const WorkerSpec& spec)
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &saved);
   pid_t pid = fork();
-  if (pid == 0) exec_child(parent, out[1], err[1], report[1], argv.data(), envp.data());
+  if (pid == 0) exec_child(parent, in[0], out[1], err[1], report[1], argv.data(), envp.data());
   int fork_errno = errno;
   pthread_sigmask(SIG_SETMASK, &saved, nullptr);
+  if (in[0] >= 0) ::close(in[0]);
+  in_fd_ = in[1];
   ::close(out[1]);
   ::close(err[1]);
   ::close(report[1]);
   if (pid < 0) {
     for (int fd : {out[0], err[0], report[0]}) ::close(fd);
+    close_fd(in_fd_);
     TS_THROW(Error, "cannot start rank ", rank_, ": fork failed: ", std::strerror(fork_errno));
   }
   // Also set the group from the parent, so it exists before we ever signal it.
@@ -126,12 +136,23 @@ WorkerProcess::WorkerProcess(const WorkerSpec& spec)
     running_ = false;
     close_fd(out_fd_);
     close_fd(err_fd_);
+    close_fd(in_fd_);
     const char* hint = exec_errno == ENOENT   ? " (check the program name and PATH)"
                        : exec_errno == EACCES ? " (is it an executable file?)"
                                               : "";
     TS_THROW(Error, "cannot run '", spec.argv[0], "': ", std::strerror(exec_errno), hint);
   }
   for (int fd : {out_fd_, err_fd_}) fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+  if (in_fd_ >= 0 && !spec.stdin_text.empty()) {
+    // Fits the pipe's buffer, so this cannot block on a child that reads nothing.
+    size_t done = 0;
+    while (done < spec.stdin_text.size()) {
+      ssize_t w = ::write(in_fd_, spec.stdin_text.data() + done, spec.stdin_text.size() - done);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) break;  // the child is gone; try_reap will say how
+      done += static_cast<size_t>(w);
+    }
+  }
 }
 
 WorkerProcess::~WorkerProcess() {
@@ -143,8 +164,10 @@ WorkerProcess::~WorkerProcess() {
   }
   close_fd(out_fd_);
   close_fd(err_fd_);
+  close_fd(in_fd_);
 }
 
+void WorkerProcess::close_stdin() { close_fd(in_fd_); }
 void WorkerProcess::close_stdout() { close_fd(out_fd_); }
 void WorkerProcess::close_stderr() { close_fd(err_fd_); }
 

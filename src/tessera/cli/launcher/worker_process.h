@@ -27,6 +27,11 @@ struct WorkerSpec {
   int local_rank = 0;  // index on this node
   std::vector<std::string> argv;  // argv[0] is looked up in PATH like a shell does
   std::vector<std::string> env;   // complete environment, "NAME=value"
+  // With stdin_pipe, stdin is a pipe from the launcher that first carries
+  // stdin_text (at most 64 KiB: written at once) and stays open until
+  // close_stdin(); otherwise stdin is inherited.
+  bool stdin_pipe = false;
+  std::string stdin_text;
 };
 
 class WorkerProcess {
@@ -47,6 +52,8 @@ class WorkerProcess {
   int stderr_fd() const { return err_fd_; }
   void close_stdout();
   void close_stderr();
+  // Closes the stdin pipe (the child reads EOF); nothing without one.
+  void close_stdin();
 
   // Non-blocking waitpid. Returns true exactly once, on the call that reaps it.
   bool try_reap();
@@ -67,6 +74,7 @@ class WorkerProcess {
   pid_t pid_ = -1;
   int out_fd_ = -1;
   int err_fd_ = -1;
+  int in_fd_ = -1;  // write end of the stdin pipe, or -1
   bool running_ = false;
   int exit_code_ = -1;
   int term_signal_ = 0;

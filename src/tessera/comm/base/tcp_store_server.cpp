@@ -12,6 +12,8 @@
 // still reads) and the connection is closed; every other client keeps being
 // served. So one connection can make the server hold at most about three frames
 // (~200 MiB; ~200 KiB before it authenticates), however it misbehaves.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -76,6 +78,18 @@ struct Client {
   std::vector<std::string> pending_keys;
   Clock::time_point deadline;
 };
+
+// "ADDR:PORT" of a connected client, for messages naming who was refused.
+std::string peer_address(int fd) {
+  sockaddr_in addr{};
+  socklen_t len = sizeof(addr);
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0 || addr.sin_family != AF_INET) {
+    return "an unknown address";
+  }
+  char ip[INET_ADDRSTRLEN] = {};
+  ::inet_ntop(AF_INET, &addr.sin_addr, ip, sizeof(ip));
+  return std::string(ip) + ":" + std::to_string(ntohs(addr.sin_port));
+}
 
 bool token_equal(const std::string& a, const std::string& b) {
   // Constant time in the token's content, so timing does not leak its prefix.
@@ -349,7 +363,8 @@ void TcpStoreServer::Impl::handle_handshake(Client& c, const proto::Handshake& h
     c.authed = true;
     w.u8(uint8_t(Status::kOk)).blob(std::string());
   } else {
-    TS_LOG(WARN) << where_ << " refused a client: " << refusal;
+    TS_LOG(WARN) << where_ << " refused a client from " << peer_address(c.sock.fd()) << ": "
+                 << refusal;
     c.closing = true;
     w.u8(uint8_t(Status::kError)).blob(refusal);
   }
