@@ -10,7 +10,8 @@
 # (TESSERA_NETNS_PREFIX, default tessera), listening on that host's address
 # only, then waits until every host answers `ssh true` from host 0. Logs go to
 # DIR/sshd_$i.log. Nothing is changed outside DIR and the namespaces except
-# /run/sshd, the directory sshd requires.
+# /run/sshd, the directory sshd requires. A session whose client is gone (a host
+# unplugged by a test) ends within about 15 s (ClientAlive), so none outlives it.
 set -euo pipefail
 
 PREFIX=${TESSERA_NETNS_PREFIX:-tessera}
@@ -40,6 +41,8 @@ KbdInteractiveAuthentication no
 UsePAM no
 StrictModes no
 PermitRootLogin prohibit-password
+ClientAliveInterval 5
+ClientAliveCountMax 3
 LogLevel ERROR
 CONF
     ip netns exec "$PREFIX-h$i" /usr/sbin/sshd -f "$dir/sshd_$i.conf" -E "$dir/sshd_$i.log"
