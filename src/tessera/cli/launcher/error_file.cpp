@@ -3,20 +3,18 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <cstdlib>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
 #include "tessera/cli/launcher/failure_summary.h"
 #include "tessera/core/atomic_file.h"
+#include "tessera/core/env.h"
 #include "tessera/core/error.h"
 
 namespace tessera::cli {
 
 std::string launcher_host_name() {
-  if (const char* label = std::getenv("TESSERA_HOST_LABEL"); label != nullptr && *label != '\0') {
-    return label;
-  }
+  if (auto label = env::get("TESSERA_HOST_LABEL"); label && !label->empty()) return *label;
   char host[256] = {0};
   if (::gethostname(host, sizeof(host) - 1) != 0) host[0] = '\0';
   return host;

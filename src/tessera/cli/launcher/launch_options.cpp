@@ -200,7 +200,7 @@ void validate(const LaunchOptions& o) {
   TS_CHECK_T(ConfigError, !o.program[0].empty(), "the program name is empty");
   TS_CHECK_T(ConfigError, o.stall_shutdown == 0 || o.heartbeat_timeout > 0,
              "--stall-shutdown needs hung-worker detection: --heartbeat-timeout must be > 0");
-  TS_CHECK_T(ConfigError, !(o.over_ssh() && !o.hostfile.empty() && !o.host_list.empty()),
+  TS_CHECK_T(ConfigError, o.hostfile.empty() || o.host_list.empty(),
              "--hostfile and -H both list hosts; pass one of them");
   TS_CHECK_T(ConfigError,
              o.over_ssh() || (o.selection.include.empty() && o.selection.exclude.empty() &&

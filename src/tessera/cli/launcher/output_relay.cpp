@@ -8,21 +8,14 @@
 #include <cstring>
 
 #include "tessera/core/check.h"
+#include "tessera/core/file_io.h"
 
 namespace tessera::cli {
 namespace {
 
-// write() until done; a closed or full destination is not the worker's problem,
-// so errors are dropped (SIGPIPE is ignored by the launcher).
-void write_all(int fd, const std::string& s) {
-  size_t off = 0;
-  while (off < s.size()) {
-    ssize_t n = ::write(fd, s.data() + off, s.size() - off);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;
-    off += static_cast<size_t>(n);
-  }
-}
+// A closed or full destination is not the worker's problem, so errors are
+// dropped (SIGPIPE is ignored by the launcher).
+void write_all(int fd, const std::string& s) { (void)core::write_fully(fd, s.data(), s.size()); }
 
 void make_dirs(const std::string& path) {
   for (size_t pos = 1; pos <= path.size(); ++pos) {

@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "tessera/core/check.h"
+#include "tessera/core/file_io.h"
 
 namespace tessera::cli {
 namespace {
@@ -145,13 +146,8 @@ WorkerProcess::WorkerProcess(const WorkerSpec& spec)
   for (int fd : {out_fd_, err_fd_}) fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
   if (in_fd_ >= 0 && !spec.stdin_text.empty()) {
     // Fits the pipe's buffer, so this cannot block on a child that reads nothing.
-    size_t done = 0;
-    while (done < spec.stdin_text.size()) {
-      ssize_t w = ::write(in_fd_, spec.stdin_text.data() + done, spec.stdin_text.size() - done);
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) break;  // the child is gone; try_reap will say how
-      done += static_cast<size_t>(w);
-    }
+    // A failed write means the child is gone; try_reap will say how.
+    (void)core::write_fully(in_fd_, spec.stdin_text.data(), spec.stdin_text.size());
   }
 }
 
