@@ -21,6 +21,7 @@ PACKAGES=(
   python3-sklearn              # ships the 8x8 handwritten digits (tessera train --task digits)
   iproute2 procps psmisc       # network-namespace test hosts, process inspection
   openssh-server openssh-client  # multi-host launch over SSH (tests run sshd inside namespace hosts)
+  slurmctld slurmd slurm-client munge  # Slurm launch (tests configure a one-node cluster on this machine)
   clang-14 libclang-rt-14-dev  # libFuzzer + sanitizers for the parser fuzz targets (tests/fuzz)
 )
 

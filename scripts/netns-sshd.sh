@@ -12,6 +12,10 @@
 # DIR/sshd_$i.log. Nothing is changed outside DIR and the namespaces except
 # /run/sshd, the directory sshd requires. A session whose client is gone (a host
 # unplugged by a test) ends within about 15 s (ClientAlive), so none outlives it.
+#
+# TESSERA_SSHD_PRIVATE_TMPFS=I:DIR gives host I its own empty tmpfs at DIR (an
+# existing directory): its sshd runs in the mount namespace `ip netns exec`
+# makes, so only that host's sessions see the tmpfs, as with a host-local disk.
 set -euo pipefail
 
 PREFIX=${TESSERA_NETNS_PREFIX:-tessera}
@@ -45,7 +49,14 @@ ClientAliveInterval 5
 ClientAliveCountMax 3
 LogLevel ERROR
 CONF
-    ip netns exec "$PREFIX-h$i" /usr/sbin/sshd -f "$dir/sshd_$i.conf" -E "$dir/sshd_$i.log"
+    local private=${TESSERA_SSHD_PRIVATE_TMPFS:-}
+    if [ -n "$private" ] && [ "${private%%:*}" = "$i" ]; then
+      # shellcheck disable=SC2016
+      ip netns exec "$PREFIX-h$i" sh -c 'mount -t tmpfs tessera-private "$1" && shift &&
+        exec /usr/sbin/sshd "$@"' sh "${private#*:}" -f "$dir/sshd_$i.conf" -E "$dir/sshd_$i.log"
+    else
+      ip netns exec "$PREFIX-h$i" /usr/sbin/sshd -f "$dir/sshd_$i.conf" -E "$dir/sshd_$i.log"
+    fi
   done
   local opts
   opts=$(options "$dir")

@@ -92,6 +92,32 @@ TEST(CheckpointFaults, DamageIsDetectedAndThePreviousStepLoads) {
   }
 }
 
+TEST(CheckpointFaults, ADirectoryARankCannotSeeFailsTheFirstSaveOnEveryRank) {
+  TempDir tmp;
+  const std::string shared = tmp.path() + "/shared";
+  // Rank 2 writes "the same path" on a disk of its own, as on a host without
+  // the shared filesystem.
+  const std::string own_disk = tmp.path() + "/rank2_disk";
+  testing::run_ranks(3, [&](int rank, int size, std::shared_ptr<comm::Store> store) {
+    CheckpointWriter writer(rank == 2 ? own_disk : shared,
+                            std::make_shared<StoreCoordinator>(store, rank, size));
+    try {
+      writer.save(1, make_state(1, rank));
+      ADD_FAILURE() << "rank " << rank << ": the save should fail";
+    } catch (const CheckpointError& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find("is not shared between the job's hosts: rank 2 on "), std::string::npos)
+          << msg;
+      EXPECT_NE(msg.find("nothing was saved"), std::string::npos) << msg;
+    }
+  });
+  EXPECT_FALSE(fs::exists(shared + "/latest"));
+  EXPECT_FALSE(fs::exists(step_dir(shared, 1)));
+  EXPECT_FALSE(fs::exists(step_dir(own_disk, 1)));
+  // The probe file is gone again.
+  EXPECT_TRUE(fs::is_empty(shared));
+}
+
 TEST(CheckpointFaults, FailedSaveOnOneRankCommitsNothing) {
   TempDir tmp;
   const std::string dir = tmp.path();

@@ -79,6 +79,24 @@ TEST(LaunchOptions, ErrorsNameTheFlag) {
   EXPECT_TRUE(parse_launch_options({"--help"}).help);
 }
 
+TEST(LaunchOptions, LauncherChoosesHowAgentsStart) {
+  const LaunchOptions slurm = parse_launch_options({"--launcher", "slurm", "-n", "4", "p"});
+  EXPECT_EQ(slurm.launcher, "slurm");
+  EXPECT_FALSE(slurm.slurm_agent);
+  EXPECT_EQ(slurm.bind_addr(), "127.0.0.1");  // only agents listen on every address
+  EXPECT_TRUE(parse_launch_options({"--launcher=slurm", "--slurm-agent", "p"}).slurm_agent);
+  EXPECT_EQ(parse_launch_options({"--launcher", "local", "p"}).launcher, "");
+  EXPECT_EQ(parse_launch_options({"--launcher", "ssh", "-H", "a:1", "p"}).launcher, "ssh");
+  EXPECT_EQ(error_of({"--launcher", "pbs", "p"}),
+            "--launcher expects local, ssh or slurm, got 'pbs'");
+  EXPECT_EQ(error_of({"--launcher", "ssh", "p"}),
+            "--launcher ssh needs the hosts: pass --hostfile FILE or -H host1:N,host2:N");
+  EXPECT_EQ(error_of({"--launcher", "slurm", "-H", "a:1", "p"}),
+            "--launcher slurm takes its hosts from the Slurm allocation; drop --hostfile/-H");
+  EXPECT_EQ(error_of({"--launcher", "slurm", "--master-port", "0", "p"}),
+            "--master-port 0 does not work with --launcher slurm; pass a port free on node 0");
+}
+
 TEST(WorkerEnv, SetsTheContractAndKeepsTheRest) {
   auto o = parse_launch_options({"-n", "2", "--nnodes", "3", "--node-rank", "2",
                                  "--master-port", "999", "--run-id", "r1", "p"});

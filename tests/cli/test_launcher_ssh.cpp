@@ -10,6 +10,10 @@
 //  - a host that joins a --nnodes 2:3 job late is admitted at the next round;
 //  - restarts exhausted: the error file names the rank, host and signal;
 //  - SIGTERM to the launcher: a complete checkpoint, exit 143, nothing left;
+//  - a worker SIGKILLed in the middle of a checkpoint write: the previous
+//    checkpoint stays `latest`, and the restart resumes from it;
+//  - a checkpoint directory one host does not share fails the first save,
+//    naming the hosts, with nothing committed;
 //  - bad hostfiles, unreachable hosts, a wrong job token and a mismatched -n
 //    fail before training, naming the line or the host.
 // Needs root, iproute2 and openssh-server; skipped otherwise.
@@ -91,8 +95,10 @@ class SshLauncher : public ::testing::Test {
   }
 
   // Namespace hosts with sshd; skips the test when namespaces cannot be made.
-  bool start_hosts(int n) {
+  // With private_host >= 0, that host sees its own empty disk at private_dir.
+  bool start_hosts(int n, int private_host = -1, const fs::path& private_dir = {}) {
     hosts_ = std::make_unique<SshHosts>("tsss" + std::to_string(getpid()), n, dir_.string());
+    if (private_host >= 0) hosts_->give_private_dir(private_host, private_dir.string());
     CommandResult r = hosts_->start();
     if (r.output.find("Operation not permitted") != std::string::npos) {
       hosts_.reset();
@@ -350,6 +356,63 @@ TEST_F(SshLauncher, SigtermCheckpointsOnEveryHostExits143AndLeavesNothing) {
   for (const auto& s : orphan_segments()) {
     EXPECT_EQ(before.count(s), 1u) << "shared-memory segment left behind: " << s;
   }
+}
+
+TEST_F(SshLauncher, KillInACheckpointWriteKeepsThePreviousOneLatestAndTheRestartResumesFromIt) {
+  if (!start_hosts(2)) GTEST_SKIP() << "cannot create network namespaces here";
+  const std::string cfg = write_config("ckptkill.json", 20, 10);
+  const std::string hostfile = hosts_->write_hostfile(2, 2);
+  // Rank 3 (on the second host) dies once its part of step 20 is on disk,
+  // before rank 0 commits it; no restarts, so the directory stays as it was.
+  const fs::path a = dir_ / "a";
+  auto r = run_command(launcher("TESSERA_TEST_KILL_IN_CHECKPOINT=3:20", "--hostfile " + hostfile,
+                                cfg, a) + " 2>&1",
+                       300);
+  ASSERT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("rank 3 killed in the save of step 20"), std::string::npos) << r.output;
+  EXPECT_EQ(read_text_file((a / "latest").string()), "step_10\n");
+  EXPECT_TRUE(fs::exists(a / "step_20" / "rank_00003.tsr")) << "the kill came before the write";
+  EXPECT_FALSE(fs::exists(a / "step_20" / "manifest.json")) << "a partial step was committed";
+  auto info = run_command(tessera_bin() + " ckpt info " + a.string() + " --verify 2>&1", 60);
+  EXPECT_EQ(info.exit_code, 0) << info.output;
+  EXPECT_TRUE(std::regex_search(info.output, std::regex("step +10\n"))) << info.output;
+
+  // Rank 0, the one that commits, dies in the same place; the launcher restarts
+  // every host's workers, and they resume from step 10.
+  const fs::path b = dir_ / "b";
+  auto restarted = run_command(launcher("TESSERA_TEST_KILL_IN_CHECKPOINT=0:20",
+                                        "--hostfile " + hostfile + " --max-restarts 1", cfg, b) +
+                                   " 2>&1",
+                               300);
+  std::printf("[ssh launcher] rank 0 killed in the save of step 20, restarted: %.1f s\n",
+              restarted.seconds);
+  ASSERT_EQ(restarted.exit_code, 0) << restarted.output;
+  EXPECT_NE(restarted.output.find("rank 0 killed in the save of step 20"), std::string::npos)
+      << restarted.output;
+  EXPECT_NE(restarted.output.find("resumed from " + b.string() + "/step_10"), std::string::npos)
+      << restarted.output;
+  EXPECT_EQ(read_text_file((b / "latest").string()), "step_20\n");
+  EXPECT_EQ(losses(b / "metrics.jsonl").size(), 20u);
+}
+
+TEST_F(SshLauncher, ACheckpointDirectoryTheHostsDoNotShareFailsTheFirstSave) {
+  const fs::path out = dir_ / "local";
+  fs::create_directories(out);
+  // The second host sees its own empty disk at `out`, as without a shared filesystem.
+  if (!start_hosts(2, 1, out)) GTEST_SKIP() << "cannot create network namespaces here";
+  const std::string cfg = write_config("notshared.json", 20, 10);
+  auto r = run_command(launcher("", "--hostfile " + hosts_->write_hostfile(2, 2), cfg, out) +
+                           " 2>&1",
+                       300);
+  ASSERT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("the checkpoint directory " + out.string() +
+                          " is not shared between the job's hosts: rank 2 on 10.200.0.2, rank 3 "
+                          "on 10.200.0.2 cannot see the file rank 0 on 10.200.0.1 wrote there"),
+            std::string::npos)
+      << r.output;
+  EXPECT_FALSE(fs::exists(out / "latest")) << "a checkpoint was committed";
+  EXPECT_FALSE(fs::exists(out / "step_10")) << "the save began";
+  EXPECT_EQ(count_processes(out.string()), 0) << "processes of the job remain";
 }
 
 TEST_F(SshLauncher, MistakesFailBeforeTrainingNamingTheLineOrTheHost) {

@@ -9,6 +9,7 @@
 #include <cstdlib>
 
 #include "tessera/comm/init.h"
+#include "tessera/comm/slurm_env.h"
 #include "tessera/core/error.h"
 #include "testing/subprocess.h"
 
@@ -32,7 +33,9 @@ class ScopedEnv {
       "TESSERA_STORE_ADDR", "TESSERA_STORE_PORT", "JOB_COMPLETION_INDEX",
       "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
       "OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID",
-      "SLURM_NTASKS_PER_NODE", "SLURM_NODEID", "SLURM_LAUNCH_NODE_IPADDR"};
+      "SLURM_NTASKS_PER_NODE", "SLURM_NODEID", "SLURM_LAUNCH_NODE_IPADDR",
+      "SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST", "SLURM_JOB_ID",
+      "SLURM_STEP_ID", "SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"};
 };
 
 TEST(LaunchInfo, NoLauncherIsASingleProcessJob) {
@@ -121,6 +124,69 @@ TEST(LaunchInfo, MpirunAndSlurmEnvironments) {
     EXPECT_EQ(info.rank, 5);
     EXPECT_EQ(info.local_world_size, 4);
     EXPECT_EQ(info.master_addr, "10.1.2.3");
+  }
+}
+
+TEST(SlurmEnv, HostListsExpandLikeScontrol) {
+  using comm::expand_slurm_hostlist;
+  EXPECT_EQ(expand_slurm_hostlist(""), std::vector<std::string>{});
+  EXPECT_EQ(expand_slurm_hostlist("vm"), std::vector<std::string>{"vm"});
+  EXPECT_EQ(expand_slurm_hostlist("node[08-10,3],gpu-a"),
+            (std::vector<std::string>{"node08", "node09", "node10", "node3", "gpu-a"}));
+  EXPECT_EQ(expand_slurm_hostlist("r[1-2]n[1-2]"),
+            (std::vector<std::string>{"r1n1", "r1n2", "r2n1", "r2n2"}));
+  for (const char* bad : {"node[1-3", "node1-3]", "node[3-1]", "node[a-b]", "n[[1]]"}) {
+    EXPECT_THROW(expand_slurm_hostlist(bad), ConfigError) << bad;
+  }
+  try {
+    expand_slurm_hostlist("node[3-1]");
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("range '3-1' runs backwards"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(comm::expand_slurm_tasks_per_node("2(x3),1"), (std::vector<int>{2, 2, 2, 1}));
+  EXPECT_EQ(comm::expand_slurm_tasks_per_node("4"), (std::vector<int>{4}));
+  EXPECT_THROW(comm::expand_slurm_tasks_per_node("2(x"), ConfigError);
+  EXPECT_THROW(comm::expand_slurm_tasks_per_node("two"), ConfigError);
+}
+
+TEST(LaunchInfo, SlurmStepPutsTheStoreOnNodeZeroAtAPortOfTheJob) {
+  // srun started from a login node (10.9.9.9): the store is still on node 0.
+  ScopedEnv env({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "5"}, {"SLURM_LOCALID", "0"},
+                 {"SLURM_NODEID", "0"}, {"SLURM_STEP_NODELIST", "node[07-08]"},
+                 {"SLURM_JOB_NODELIST", "node[07-09]"}, {"SLURM_STEP_TASKS_PER_NODE", "3,2"},
+                 {"SLURM_JOB_ID", "123"}, {"SLURM_STEP_ID", "1"},
+                 {"SLURM_LAUNCH_NODE_IPADDR", "10.9.9.9"}});
+  LaunchInfo info = LaunchInfo::from_env();
+  EXPECT_EQ(info.launcher, "slurm");
+  EXPECT_EQ(info.master_addr, "node07");
+  EXPECT_EQ(info.store_bind_addr, "0.0.0.0");  // every address of node 0 itself
+  EXPECT_EQ(info.master_port, 20000 + (123 * 64 + 1) % 20000);
+  EXPECT_EQ(info.local_world_size, 3);
+  {
+    // The last task, on node 1: 2 tasks there.
+    ScopedEnv env2({{"SLURM_PROCID", "4"}, {"SLURM_NTASKS", "5"}, {"SLURM_LOCALID", "1"},
+                    {"SLURM_NODEID", "1"}, {"SLURM_STEP_NODELIST", "node[07-08]"},
+                    {"SLURM_STEP_TASKS_PER_NODE", "3,2"}, {"MASTER_ADDR", "10.0.0.7"},
+                    {"MASTER_PORT", "4000"}});
+    LaunchInfo other = LaunchInfo::from_env();
+    EXPECT_EQ(other.local_world_size, 2);
+    EXPECT_EQ(other.node_rank, 1);
+    EXPECT_EQ(other.master_addr, "10.0.0.7");  // an explicit MASTER_ADDR wins
+    EXPECT_EQ(other.store_bind_addr, "");
+    EXPECT_EQ(other.master_port, 4000);
+  }
+}
+
+TEST(LaunchInfo, SlurmTaskZeroAwayFromNodeZeroIsAConfigError) {
+  ScopedEnv env({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_LOCALID", "0"},
+                 {"SLURM_NODEID", "1"}, {"SLURM_STEP_NODELIST", "a,b"},
+                 {"SLURM_STEP_TASKS_PER_NODE", "1(x2)"}});
+  try {
+    LaunchInfo::from_env();
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("--distribution=block"), std::string::npos) << e.what();
   }
 }
 

@@ -51,7 +51,12 @@ SshHosts::~SshHosts() {
 }
 
 std::string SshHosts::sshd_script(const std::string& verb) const {
-  return "TESSERA_NETNS_PREFIX=" + prefix() + " " + source_dir() + "/scripts/netns-sshd.sh " + verb +
+  const std::string private_tmpfs =
+      private_host_ >= 0 ? "TESSERA_SSHD_PRIVATE_TMPFS=" + std::to_string(private_host_) + ":" +
+                               private_dir_ + " "
+                         : "";
+  return private_tmpfs + "TESSERA_NETNS_PREFIX=" + prefix() + " " + source_dir() +
+         "/scripts/netns-sshd.sh " + verb +
          " " + dir_ + " " + std::to_string(size()) + " 2>&1";
 }
 

@@ -50,6 +50,13 @@ class SshHosts : public NetnsHosts {
       : NetnsHosts(std::move(prefix), n), dir_(std::move(dir)) {}
   ~SshHosts();
 
+  // Before start(): host `host`'s sshd (and so every session on that host) sees
+  // its own empty tmpfs at `dir`, as a host-local disk would be; the others see
+  // the machine's `dir`, which must exist.
+  void give_private_dir(int host, std::string dir) {
+    private_host_ = host;
+    private_dir_ = std::move(dir);
+  }
   // Creates the namespaces and starts sshd on port 22 of each; the result of the
   // first step that failed (exit_code != 0), or of the last.
   CommandResult start();
@@ -64,6 +71,8 @@ class SshHosts : public NetnsHosts {
   std::string sshd_script(const std::string& verb) const;
   std::string dir_;
   bool started_ = false;
+  int private_host_ = -1;
+  std::string private_dir_;
 };
 
 }  // namespace tessera::testing

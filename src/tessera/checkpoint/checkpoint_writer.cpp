@@ -1,17 +1,23 @@
 #include "tessera/checkpoint/checkpoint_writer.h"
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <thread>
 
 #include "tessera/checkpoint/checkpoint_reader.h"
 #include "tessera/checkpoint/crc32c.h"
 #include "tessera/checkpoint/tensor_file.h"
 #include "tessera/core/atomic_file.h"
 #include "tessera/core/check.h"
+#include "tessera/core/env.h"
 #include "tessera/core/logging.h"
 
 namespace tessera::checkpoint {
@@ -79,6 +85,41 @@ void prune(const std::string& dir, int keep_last) {
   }
 }
 
+// This process's host as the launcher names it (the hostfile's name), else its
+// host name: what an error about hosts that do not share a directory shows.
+std::string host_label() {
+  if (auto label = env::get("TESSERA_HOST_LABEL"); label && !label->empty()) return *label;
+  char host[256] = {0};
+  if (::gethostname(host, sizeof(host) - 1) != 0) return "?";
+  return host;
+}
+
+std::string read_whole_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return "";
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// TESSERA_TEST_KILL_IN_CHECKPOINT=R:S, a test hook: rank R SIGKILLs itself in
+// the save of step S once its own files are written and before the commit (on
+// the launcher's first attempt only), as a crash in the middle of a save would.
+void maybe_kill_in_checkpoint(int rank, int64_t step) {
+  const auto v = env::get("TESSERA_TEST_KILL_IN_CHECKPOINT");
+  if (!v) return;
+  const auto colon = v->find(':');
+  TS_CHECK_T(ConfigError, colon != std::string::npos,
+             "TESSERA_TEST_KILL_IN_CHECKPOINT='", *v, "': use RANK:STEP, e.g. 0:20");
+  if (env::get("TORCHELASTIC_RESTART_COUNT").value_or("0") != "0") return;
+  if (std::atoi(v->c_str()) == rank && std::atoll(v->c_str() + colon + 1) == step) {
+    std::fprintf(stderr, "test hook: rank %d killed in the save of step %lld\n", rank,
+                 static_cast<long long>(step));
+    std::fflush(stderr);
+    ::kill(::getpid(), SIGKILL);
+  }
+}
+
 }  // namespace
 
 std::string step_dir(const std::string& dir, int64_t step) {
@@ -94,8 +135,59 @@ CheckpointWriter::CheckpointWriter(std::string dir, std::shared_ptr<Coordinator>
   TS_CHECK_T(ConfigError, !dir_.empty(), "checkpoint directory must not be empty");
 }
 
+void CheckpointWriter::check_directory_is_shared() {
+  if (directory_checked_ || coordinator_->size() == 1) return;
+  const int rank = coordinator_->rank();
+  // A fresh name each time: no host can hold a stale lookup of it.
+  std::string probe_error;
+  std::string token;
+  if (rank == 0) {
+    token = c10::str(std::random_device{}(), "-", ::getpid());
+    const std::string probe = dir_ + "/.tessera_shared_check_" + token;
+    try {
+      std::error_code ec;
+      fs::create_directories(dir_, ec);
+      TS_CHECK_T(CheckpointError, !ec, "cannot create checkpoint directory ", dir_, ": ",
+                 ec.message());
+      write_file_atomic(probe, token, options_.fsync);
+    } catch (const std::exception& e) {
+      probe_error = e.what();
+    }
+  }
+  auto first = coordinator_->all_gather(rank == 0 ? (probe_error.empty() ? "ok " + token
+                                                                         : "error " + probe_error)
+                                                  : std::string());
+  TS_CHECK_T(CheckpointError, first[0].rfind("ok ", 0) == 0, "no checkpoint saved: rank 0 could "
+             "not write to ", dir_, ": ", first[0].substr(6));
+  token = first[0].substr(3);
+  const std::string probe = dir_ + "/.tessera_shared_check_" + token;
+  // A shared filesystem may show a new file to other hosts a moment late.
+  bool seen = false;
+  for (int attempt = 0; attempt < 20 && !seen; ++attempt) {
+    if (attempt > 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    seen = read_whole_file(probe) == token;
+  }
+  auto views = coordinator_->all_gather((seen ? "1" : "0") + host_label());
+  if (rank == 0) {
+    std::error_code ec;
+    fs::remove(probe, ec);
+  }
+  std::string blind;
+  for (size_t r = 0; r < views.size(); ++r) {
+    if (views[r][0] == '0') blind += c10::str(blind.empty() ? "" : ", ", "rank ", r, " on ",
+                                              views[r].substr(1));
+  }
+  TS_CHECK_T(CheckpointError, blind.empty(), "the checkpoint directory ", dir_,
+             " is not shared between the job's hosts: ", blind,
+             " cannot see the file rank 0 on ", views[0].substr(1),
+             " wrote there, so no host would hold a whole checkpoint. Put it on a filesystem every "
+             "host mounts at the same path (NFS, Lustre, a cluster volume); nothing was saved");
+  directory_checked_ = true;
+}
+
 std::string CheckpointWriter::save(int64_t step, const CheckpointState& state) {
   TS_CHECK(step >= 0, "checkpoint step must be >= 0, got ", step);
+  check_directory_is_shared();
   const int rank = coordinator_->rank();
   const int world = coordinator_->size();
   const std::string sdir = step_dir(dir_, step);
@@ -123,7 +215,9 @@ std::string CheckpointWriter::save(int64_t step, const CheckpointState& state) {
              " not saved: rank 0 could not prepare ", sdir, ": ", prep[0]);
 
   // 2-3. Every rank writes and fsyncs its files, then all reports are exchanged.
-  auto reports = coordinator_->all_gather(write_rank_files(sdir, rank, state, options_.fsync));
+  std::string report = write_rank_files(sdir, rank, state, options_.fsync);
+  maybe_kill_in_checkpoint(rank, step);
+  auto reports = coordinator_->all_gather(report);
   CheckpointManifest manifest;
   manifest.step = step;
   manifest.world_size = world;

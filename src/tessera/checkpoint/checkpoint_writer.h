@@ -20,6 +20,13 @@
 //   5. all_gather of rank 0's outcome: save() returns on every rank only after the
 //      commit, or throws on every rank if it failed.
 //
+// Before its first save with more than one rank, the writer checks that every
+// rank sees the directory rank 0 writes to: rank 0 writes a probe file there and
+// each rank reads it back. A directory local to each host (no shared
+// filesystem) would let rank 0 commit a manifest that lists files no single host
+// holds; instead every rank throws a CheckpointError naming the ranks and hosts
+// that cannot see it, and nothing is saved.
+//
 // Every rank calls save() with the same step, in the same collective order.
 // Owned by one training thread.
 #pragma once
@@ -80,9 +87,13 @@ class CheckpointWriter {
   const std::string& dir() const { return dir_; }
 
  private:
+  // Collective, once: the probe described above (CheckpointError when it fails).
+  void check_directory_is_shared();
+
   std::string dir_;
   std::shared_ptr<Coordinator> coordinator_;
   CheckpointWriterOptions options_;
+  bool directory_checked_ = false;
 };
 
 // "dir/step_<N>".

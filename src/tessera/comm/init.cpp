@@ -37,7 +37,9 @@ std::shared_ptr<comm::Store> connect_store(const LaunchInfo& info, GlobalState& 
     return make_agent_store_client(info, token, timeout);
   }
   if (info.rank == 0) {
-    s.server = std::make_unique<comm::TcpStoreServer>(info.master_addr, info.master_port, token);
+    s.server = std::make_unique<comm::TcpStoreServer>(
+        info.store_bind_addr.empty() ? info.master_addr : info.store_bind_addr, info.master_port,
+        token);
   }
   return std::make_shared<comm::TcpStore>(info.master_addr, info.master_port, token, timeout);
 }

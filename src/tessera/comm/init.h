@@ -5,7 +5,9 @@
 //     GROUP_RANK, MASTER_ADDR, MASTER_PORT; with TORCHELASTIC_USE_AGENT_STORE the
 //     launcher hosts the store and every rank joins it as a client;
 //   * mpirun (Open MPI): OMPI_COMM_WORLD_{RANK,SIZE,LOCAL_RANK,LOCAL_SIZE};
-//   * Slurm srun: SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, ...;
+//   * Slurm srun: SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, ...; the store is on
+//     node 0 (the first host of SLURM_STEP_NODELIST) at MASTER_PORT, else at a
+//     port derived from SLURM_JOB_ID and SLURM_STEP_ID;
 //   * nothing: a single-process job (rank 0 of 1) with an in-memory store.
 // Without an agent store, rank 0 hosts a TcpStore on MASTER_ADDR:MASTER_PORT.
 // It then creates the default ProcessGroup (backend from TESSERA_BACKEND).
@@ -32,6 +34,8 @@ struct LaunchInfo {
   int node_rank = 0;
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
+  // Where rank 0's store listens when it hosts one; empty: master_addr.
+  std::string store_bind_addr;
   bool use_agent_store = false;  // the launcher hosts the store
   std::string launcher = "none";  // "tessera", "torchrun", "mpirun", "slurm", "none"
   // Reads the environment; ConfigError naming the variable when inconsistent.

@@ -1,6 +1,7 @@
 #include <string>
 
 #include "tessera/comm/init.h"
+#include "tessera/comm/slurm_env.h"
 #include "tessera/core/check.h"
 #include "tessera/core/env.h"
 
@@ -13,17 +14,6 @@ int read_int(const char* name, int fallback) {
   TS_CHECK_T(ConfigError, v >= 0 && v < (1LL << 31), "environment variable ", name, "=", v,
              " is out of range");
   return static_cast<int>(v);
-}
-
-// Slurm's SLURM_NTASKS_PER_NODE may read "2(x3)": the leading number is enough.
-int read_leading_int(const char* name, int fallback) {
-  auto v = env::get(name);
-  if (!v) return fallback;
-  try {
-    return std::stoi(*v);
-  } catch (const std::exception&) {
-    TS_THROW(ConfigError, "environment variable ", name, "='", *v, "' is not a number");
-  }
 }
 
 }  // namespace
@@ -70,16 +60,31 @@ LaunchInfo LaunchInfo::from_env() {
     info.rank = read_int("SLURM_PROCID", 0);
     info.world_size = read_int("SLURM_NTASKS", 1);
     info.local_rank = read_int("SLURM_LOCALID", 0);
-    info.local_world_size = read_leading_int("SLURM_NTASKS_PER_NODE", 1);
     info.node_rank = read_int("SLURM_NODEID", 0);
+    info.local_world_size = comm::slurm_tasks_on_node(info.node_rank, 1);
   }
+  const bool slurm = info.launcher == "slurm";
   if (env::get("MASTER_ADDR")) {
     info.master_addr = env::get_string("MASTER_ADDR");
-  } else if (info.launcher == "slurm" && env::get("SLURM_LAUNCH_NODE_IPADDR")) {
-    info.master_addr = env::get_string("SLURM_LAUNCH_NODE_IPADDR");
+  } else if (slurm) {
+    // Rank 0 runs on node 0, which is not always the node that ran srun (an
+    // salloc shell on a login node): clients reach node 0 by name, and rank 0
+    // listens on every address of its own node, whatever that name resolves to.
+    const std::string node0 = comm::slurm_first_node();
+    if (!node0.empty()) {
+      TS_CHECK_T(ConfigError, info.rank != 0 || info.node_rank == 0,
+                 "Slurm placed task 0 on node ", info.node_rank, " of the step, not on ", node0,
+                 " (the first of SLURM_STEP_NODELIST), where the other tasks look for its store;"
+                 " use srun's default --distribution=block, or set MASTER_ADDR to task 0's host");
+      info.master_addr = node0;
+      info.store_bind_addr = "0.0.0.0";
+    } else if (env::get("SLURM_LAUNCH_NODE_IPADDR")) {
+      info.master_addr = env::get_string("SLURM_LAUNCH_NODE_IPADDR");
+    }
   }
   if (auto addr = env::get("TESSERA_STORE_ADDR")) info.master_addr = *addr;
-  info.master_port = read_int("MASTER_PORT", 29500);
+  info.master_port = slurm && !env::get("MASTER_PORT") ? comm::slurm_store_port()
+                                                        : read_int("MASTER_PORT", 29500);
   if (env::get("TESSERA_STORE_PORT")) info.master_port = read_int("TESSERA_STORE_PORT", 29500);
   TS_CHECK_T(ConfigError, info.world_size >= 1, "the world size must be at least 1, got ",
              info.world_size, " (", info.launcher, " environment)");

@@ -35,9 +35,19 @@ const std::vector<EnvVar>& registry() {
       {"SLURM_PROCID", nullptr, "rank under srun"},
       {"SLURM_NTASKS", nullptr, "world size under srun"},
       {"SLURM_LOCALID", nullptr, "local rank under srun"},
-      {"SLURM_NTASKS_PER_NODE", nullptr, "local world size under srun"},
+      {"SLURM_STEP_TASKS_PER_NODE", nullptr,
+       "tasks of the srun step on each node (\"2(x3),1\"): the local world size"},
+      {"SLURM_TASKS_PER_NODE", nullptr, "tasks on each node, when no step list is set"},
+      {"SLURM_NTASKS_PER_NODE", nullptr, "local world size under srun, when neither list is set"},
       {"SLURM_NODEID", nullptr, "node rank under srun"},
-      {"SLURM_LAUNCH_NODE_IPADDR", nullptr, "address of the node that ran srun"},
+      {"SLURM_LAUNCH_NODE_IPADDR", nullptr,
+       "address of the node that ran srun (the store's address only without a node list)"},
+      {"SLURM_STEP_NODELIST", nullptr, "hosts of the srun step; the first (node 0) hosts the store"},
+      {"SLURM_JOB_NODELIST", nullptr, "hosts of the allocation (when no step list is set)"},
+      {"SLURM_NODELIST", nullptr, "older name of SLURM_JOB_NODELIST"},
+      {"SLURM_JOB_ID", nullptr, "Slurm job id; with SLURM_STEP_ID it picks the store port"},
+      {"SLURM_STEP_ID", nullptr, "srun step id within the job"},
+      {"SLURMD_NODENAME", nullptr, "this node's Slurm name; agents label output with it"},
       // Tessera's own.
       {"TESSERA_TIMEOUT", "300", "seconds before a blocking store or collective call fails"},
       {"TESSERA_LOG_LEVEL", "info", "debug, info, warn or error"},
@@ -90,6 +100,9 @@ const std::vector<EnvVar>& registry() {
       {"TESSERA_TEST_KILL_AT_STEP", nullptr,
        "test hook: RANK:STEP, tessera train's rank RANK SIGKILLs itself after step STEP on the "
        "launcher's first attempt"},
+      {"TESSERA_TEST_KILL_IN_CHECKPOINT", nullptr,
+       "test hook: RANK:STEP, rank RANK SIGKILLs itself in the save of step STEP after writing "
+       "its files, before the commit, on the launcher's first attempt"},
       {"TESSERA_TEST_GRAD_OVERFLOW", nullptr,
        "test hook: steps (comma-separated, or all) at which tessera train's rank 0 "
        "backpropagates an infinite loss"},

@@ -22,7 +22,7 @@ const std::vector<std::string> kTopKeys = {
     "data", "train", "tensor_model_parallel_size", "pipeline_model_parallel_size",
     "virtual_pipeline_model_parallel_size", "sequence_parallel", "pipeline_schedule",
     "pipeline_partition_method", "activation_checkpointing", "communication_data_type", "aio", "local_sgd",
-    "timeline", "comms_logger", "tensorboard", "csv_monitor", "flops_profiler"};
+    "timeline", "comms_logger", "tensorboard", "csv_monitor", "flops_profiler", "checkpoint"};
 const std::vector<std::string> kOptimizerKeys = {"type", "params"};
 const std::vector<std::string> kOptimizerParams = {
     "lr", "betas", "eps", "weight_decay", "amsgrad", "momentum", "dampening", "nesterov",
@@ -482,6 +482,15 @@ Config Config::from_json(const json& j, const std::string& source) {
   if (j.contains("scheduler")) parse_scheduler(j["scheduler"], c.scheduler, c.optimizer.lr);
   if (j.contains("zero_optimization")) parse_zero(j["zero_optimization"], c.zero);
   if (j.contains("aio")) parse_aio(j["aio"], c.aio);
+  if (j.contains("checkpoint")) {
+    // DeepSpeed's section; only its node-local storage key means anything here,
+    // and only its default: checkpoints need one directory every host sees.
+    check_known_keys(j["checkpoint"], {"use_node_local_storage"}, "checkpoint");
+    TS_CHECK_T(ConfigError, !read_bool(j["checkpoint"], "use_node_local_storage", "checkpoint", false),
+               "config 'checkpoint.use_node_local_storage': true is not supported; put the "
+               "checkpoint directory on a filesystem every host mounts at the same path "
+               "(docs/checkpoint.md#jobs-on-several-hosts)");
+  }
   if (j.contains("activation_checkpointing")) {
     parse_activation_checkpointing(j["activation_checkpointing"], c.activation_checkpointing);
   }

@@ -2,7 +2,7 @@
 // local workers, supervises them, and restarts them all after a failure while
 // --max-restarts allows (docs/launcher.md). Several nodes: one agent per node
 // (node_agent.h), started by hand, by a scheduler, or over SSH from a hostfile
-// (ssh_launch.h); docs/multihost.md.
+// (ssh_launch.h) or srun (slurm_launch.h); docs/multihost.md, docs/slurm.md.
 #include <cstdio>
 #include <memory>
 #include <vector>
@@ -14,6 +14,7 @@
 #include "tessera/cli/launcher/launch_options.h"
 #include "tessera/cli/launcher/local_workers.h"
 #include "tessera/cli/launcher/node_agent.h"
+#include "tessera/cli/launcher/slurm_launch.h"
 #include "tessera/cli/launcher/ssh_launch.h"
 #include "tessera/cli/launcher/output_relay.h"
 #include "tessera/cli/launcher/supervisor.h"
@@ -43,7 +44,7 @@ int launch(const LaunchOptions& o) {
   std::unique_ptr<comm::TcpStoreServer> store;
   if (o.node_rank == 0) {
     // Binds before any worker starts, so a busy port fails the launch cleanly.
-    store = std::make_unique<comm::TcpStoreServer>(o.master_addr, o.master_port, job.token);
+    store = std::make_unique<comm::TcpStoreServer>(o.bind_addr(), o.master_port, job.token);
     job.master_port = store->port();
   }
   job.torch_port = torch_program_port(o, job.master_port);
@@ -60,7 +61,7 @@ int launch(const LaunchOptions& o) {
       // A fresh store on the same port: no key of the failed attempt (addresses,
       // sequence numbers) can mislead the next one.
       store.reset();
-      store = std::make_unique<comm::TcpStoreServer>(o.master_addr, job.master_port, job.token);
+      store = std::make_unique<comm::TcpStoreServer>(o.bind_addr(), job.master_port, job.token);
     }
     job.restart_count = attempt;
     hang_watch.new_round();
@@ -89,6 +90,10 @@ int run_command(const Args& args) {
     return 0;
   }
   if (options.env_from_stdin) read_environment_from_stdin();
+  if (options.launcher == "slurm") {
+    if (!options.slurm_agent) return run_under_slurm(options);
+    options = slurm_agent_options(options);
+  }
   if (options.over_ssh()) return run_over_ssh(options);
   if (options.nnodes > 1) return run_node_agent(options);
   return launch(options);

@@ -14,7 +14,7 @@ enum class Flag {
   kNproc, kNnodes, kNodeRank, kAddr, kPort, kLogDir, kRestarts, kGrace, kRunId,
   kHeartbeat, kStallShutdown, kErrorFile, kMalloc, kRdzvId, kRdzvEndpoint, kMonitorInterval,
   kJoinTimeout, kLastCall, kNodeTimeout, kHostfile, kHosts, kInclude, kExclude, kNumNodes,
-  kProcsPerNode, kSshPort, kSshOption
+  kProcsPerNode, kSshPort, kSshOption, kLauncher
 };
 
 struct FlagName {
@@ -49,6 +49,7 @@ const FlagName kValueFlags[] = {
     {"--num_procs_per_node", Flag::kProcsPerNode}, {"--num_gpus", Flag::kProcsPerNode},
     {"--ssh-port", Flag::kSshPort},     {"--ssh_port", Flag::kSshPort},
     {"--ssh-option", Flag::kSshOption}, {"--ssh_option", Flag::kSshOption},
+    {"--launcher", Flag::kLauncher},
 };
 
 const FlagName* find_flag(const std::string& name) {
@@ -150,6 +151,11 @@ void apply(LaunchOptions& o, Flag flag, const std::string& name, const std::stri
       TS_CHECK_T(ConfigError, !value.empty(), name, " expects an ssh option like ConnectTimeout=5");
       o.ssh_options.push_back(value);
       break;
+    case Flag::kLauncher:
+      TS_CHECK_T(ConfigError, value == "local" || value == "ssh" || value == "slurm", name,
+                 " expects local, ssh or slurm, got '", value, "'");
+      o.launcher = value == "local" ? "" : value;
+      break;
     case Flag::kNodeRank:
       o.node_rank = parse_int(name, value, 0, 65535, "a node rank >= 0");
       break;
@@ -207,6 +213,12 @@ void validate(const LaunchOptions& o) {
                               o.selection.num_nodes < 0 && o.selection.procs_per_node < 0),
              "--include, --exclude, --num-nodes and --num-procs-per-node select hosts of a "
              "--hostfile or -H list; pass one of those too");
+  TS_CHECK_T(ConfigError, o.launcher != "ssh" || o.over_ssh(),
+             "--launcher ssh needs the hosts: pass --hostfile FILE or -H host1:N,host2:N");
+  TS_CHECK_T(ConfigError, o.launcher != "slurm" || !o.over_ssh(),
+             "--launcher slurm takes its hosts from the Slurm allocation; drop --hostfile/-H");
+  TS_CHECK_T(ConfigError, o.launcher != "slurm" || o.master_port != 0,
+             "--master-port 0 does not work with --launcher slurm; pass a port free on node 0");
   TS_CHECK_T(ConfigError, o.nnodes == 1 || o.over_ssh() || o.master_port != 0,
              "--master-port 0 only works on one node: with --nnodes ", o.nnodes,
              " every node must be told the same port");
@@ -230,6 +242,10 @@ LaunchOptions parse_launch_options(const std::vector<std::string>& args) {
     }
     if (arg == "--agent-env-stdin") {
       o.env_from_stdin = true;
+      continue;
+    }
+    if (arg == "--slurm-agent") {
+      o.slurm_agent = true;
       continue;
     }
     if (arg == "--standalone") {  // torchrun's single-node mode: a free port
@@ -310,6 +326,9 @@ std::string launch_usage() {
          "  --num-procs-per-node N  the first N slots of each host\n"
          "  --ssh-port P            ssh port (default: ssh's)\n"
          "  --ssh-option OPT        passed to ssh as -o OPT (repeatable)\n"
+         "in a Slurm allocation (docs/slurm.md):\n"
+         "  --launcher slurm        one agent per node of the allocation, started with srun\n"
+         "                          (--launcher local/ssh: this node, or a hostfile's hosts)\n"
          "\n"
          "Multi-node without a hostfile: export the same TESSERA_JOB_TOKEN on every node.\n";
 }

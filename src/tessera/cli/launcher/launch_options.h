@@ -63,11 +63,24 @@ struct LaunchOptions {
   // when stdin closes (the launcher or its connection is gone).
   bool env_from_stdin = false;
 
+  // --launcher: "" (this node, or ssh with a hostfile), "ssh", or "slurm": inside
+  // a Slurm allocation, one agent per node started with srun (slurm_launch.h).
+  std::string launcher;
+  // Set on the agents the Slurm launcher starts: node rank and host label come
+  // from SLURM_NODEID and SLURMD_NODENAME.
+  bool slurm_agent = false;
+  // Where node 0's stores listen; empty: master_addr. The Slurm launcher sets
+  // 0.0.0.0, since node 0's name may resolve differently on node 0 itself.
+  std::string store_bind_addr;
+
   bool help = false;
   std::vector<std::string> program;  // PROGRAM then its ARGS
 
   int world_size() const { return nproc_per_node * nnodes; }
   bool over_ssh() const { return !hostfile.empty() || !host_list.empty(); }
+  const std::string& bind_addr() const {
+    return store_bind_addr.empty() ? master_addr : store_bind_addr;
+  }
   // Global rank of this node's local rank `local_rank`.
   int global_rank(int local_rank) const { return node_rank * nproc_per_node + local_rank; }
 };

@@ -1,5 +1,8 @@
 #include "tessera/cli/launcher/local_workers.h"
 
+#include <limits.h>
+#include <unistd.h>
+
 #include <cstdio>
 
 #include "tessera/comm/base/socket_util.h"
@@ -33,6 +36,13 @@ int torch_program_port(const LaunchOptions& o, int store_port) {
   comm::net::Socket probe = comm::net::listen_tcp(o.master_addr, 0);
   const int port = comm::net::local_port(probe.fd());
   return port != store_port ? port : 0;
+}
+
+std::string this_executable() {
+  char buf[PATH_MAX];
+  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  TS_CHECK_ERRNO(Error, n, "cannot find the tessera executable (/proc/self/exe)");
+  return std::string(buf, static_cast<size_t>(n));
 }
 
 void print_to_stderr(const std::string& text) {

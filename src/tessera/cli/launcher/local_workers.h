@@ -26,6 +26,9 @@ int torch_program_port(const LaunchOptions& options, int store_port);
 // Writes `text` to stderr at once (the launcher's messages between workers' lines).
 void print_to_stderr(const std::string& text);
 
+// The path of the running tessera binary (agents on other hosts run the same).
+std::string this_executable();
+
 // The job token: TESSERA_JOB_TOKEN, or a fresh one when this launcher alone
 // decides (one node, or the hostfile launcher). Multi-node agents need it set.
 std::string job_token(const LaunchOptions& options, bool may_invent);

@@ -54,6 +54,7 @@ RendezvousSettings rendezvous_settings(const LaunchOptions& o, const std::string
                "--rdzv-endpoint");
     s.addr = o.master_addr;
     s.port = o.master_port + 2;
+    s.bind_addr = o.store_bind_addr;
   }
   s.token = token;
   s.id = o.rdzv_id;
@@ -126,7 +127,7 @@ int run_node_agent(const LaunchOptions& o) {
       // A fresh workers' store every round, before the round closes: no key of
       // the last round can mislead this one, and no worker finds the old one.
       store.reset();
-      store = std::make_unique<comm::TcpStoreServer>(o.master_addr, o.master_port, token);
+      store = std::make_unique<comm::TcpStoreServer>(o.bind_addr(), o.master_port, token);
     }
     const RoundPlan plan = rdzv.join(stop_requested);
     if (plan.nnodes == 0) {

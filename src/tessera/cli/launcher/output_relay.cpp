@@ -60,6 +60,10 @@ void OutputRelay::label_with_host(const std::string& host) {
   for (auto& r : ranks_) r.prefix = "[" + host + ":" + std::to_string(r.rank) + "] ";
 }
 
+void OutputRelay::pass_through_all() {
+  for (auto& r : ranks_) r.prefix.clear();
+}
+
 void OutputRelay::pass_through_hosts(const std::vector<std::string>& hosts) {
   for (size_t i = 0; i < ranks_.size() && i < hosts.size(); ++i) {
     ranks_[i].prefix = "[" + hosts[i] + "] ";

@@ -47,6 +47,8 @@ class OutputRelay {
   // For the hostfile launcher relaying its agents: stream i's lines that already
   // start with "[hosts[i]:" pass unchanged, others get "[hosts[i]] ".
   void pass_through_hosts(const std::vector<std::string>& hosts);
+  // Every line passes unchanged (srun relaying agents that label their own lines).
+  void pass_through_all();
 
   // The last lines of local worker `local`, oldest first, prefix included.
   const std::deque<std::string>& tail(int local) const { return ranks_[local].tail; }

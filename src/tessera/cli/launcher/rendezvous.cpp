@@ -55,7 +55,8 @@ AgentRendezvous::AgentRendezvous(const RendezvousSettings& s) : settings_(s) {
   TS_CHECK_T(ConfigError, s.min_nodes >= 1 && s.min_nodes <= s.max_nodes, "--nnodes ",
              s.min_nodes, ":", s.max_nodes, " needs 1 <= MIN <= MAX");
   if (s.is_host) {
-    server_ = std::make_unique<comm::TcpStoreServer>(s.addr, s.port, s.token);
+    server_ = std::make_unique<comm::TcpStoreServer>(s.bind_addr.empty() ? s.addr : s.bind_addr,
+                                                     s.port, s.token);
     settings_.port = server_->port();
     store_ = std::make_unique<comm::TcpStore>(s.addr, settings_.port, s.token, millis(10));
   } else {

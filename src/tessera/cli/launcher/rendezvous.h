@@ -41,7 +41,8 @@
 namespace tessera::cli {
 
 struct RendezvousSettings {
-  std::string addr;        // the store's address (node 0 binds exactly it)
+  std::string addr;        // the store's address
+  std::string bind_addr;   // where node 0's store listens; empty: addr
   int port = 0;
   std::string token;       // the job token
   std::string id = "none"; // --rdzv-id

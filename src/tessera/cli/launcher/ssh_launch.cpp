@@ -27,13 +27,6 @@ namespace {
 constexpr const char* kForwardedPrefixes[] = {"TESSERA_", "NCCL_", "OMP_", "GLOO_"};
 constexpr int kReachTimeoutSeconds = 10;
 
-std::string this_executable() {
-  char buf[PATH_MAX];
-  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
-  TS_CHECK_ERRNO(Error, n, "cannot find the tessera executable (/proc/self/exe)");
-  return std::string(buf, static_cast<size_t>(n));
-}
-
 std::string current_directory() {
   char buf[PATH_MAX];
   TS_CHECK(::getcwd(buf, sizeof(buf)) != nullptr, "cannot read the current directory");
@@ -169,11 +162,11 @@ std::vector<std::string> forwarded_environment(const std::vector<std::string>& e
   return out;
 }
 
-std::string agent_command(const LaunchOptions& o, int node, int nproc, int min_nodes,
-                          int max_nodes, const std::string& master_addr, const std::string& cwd,
-                          const std::string& tessera_path) {
+std::vector<std::string> agent_arguments(const LaunchOptions& o, int node, int nproc,
+                                         int min_nodes, int max_nodes,
+                                         const std::string& master_addr) {
   std::vector<std::string> args = {
-      tessera_path, "run", "--agent-env-stdin",
+      "run",
       "--nnodes", std::to_string(min_nodes) + ":" + std::to_string(max_nodes),
       "--node-rank", std::to_string(node),
       "-n", std::to_string(nproc),
@@ -193,6 +186,15 @@ std::string agent_command(const LaunchOptions& o, int node, int nproc, int min_n
   if (!o.rdzv_endpoint.empty()) args.insert(args.end(), {"--rdzv-endpoint", o.rdzv_endpoint});
   if (!o.log_dir.empty()) args.insert(args.end(), {"--log-dir", o.log_dir});
   if (!o.error_file.empty()) args.insert(args.end(), {"--error-file", o.error_file});
+  return args;
+}
+
+std::string agent_command(const LaunchOptions& o, int node, int nproc, int min_nodes,
+                          int max_nodes, const std::string& master_addr, const std::string& cwd,
+                          const std::string& tessera_path) {
+  std::vector<std::string> args = agent_arguments(o, node, nproc, min_nodes, max_nodes, master_addr);
+  args.insert(args.begin() + 1, "--agent-env-stdin");
+  args.insert(args.begin(), tessera_path);
   args.push_back("--");
   args.insert(args.end(), o.program.begin(), o.program.end());
   std::string cmd = "cd " + shell_quote(cwd) + " && exec";

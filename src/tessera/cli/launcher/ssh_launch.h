@@ -41,6 +41,12 @@ std::vector<std::string> ssh_command(const LaunchOptions& options, const std::st
 std::vector<std::string> forwarded_environment(const std::vector<std::string>& environment,
                                                const std::string& env_file);
 
+// The arguments of node `node`'s agent, from "run" up to (not including) the
+// program: the job's flags, with its node rank, node range and node 0's address.
+std::vector<std::string> agent_arguments(const LaunchOptions& options, int node, int nproc,
+                                         int min_nodes, int max_nodes,
+                                         const std::string& master_addr);
+
 // The agent command line for node `node` (shell-quoted, ready for ssh).
 std::string agent_command(const LaunchOptions& options, int node, int nproc, int min_nodes,
                           int max_nodes, const std::string& master_addr, const std::string& cwd,

@@ -1,0 +1,176 @@
+// Tessera under a real Slurm: a one-node cluster (Debian's munged, slurmctld and
+// slurmd, configured in a temp directory by scripts/slurm-test-cluster.sh) runs
+//  - `srun -n 2 tessera train --steps 50` (the default model): ranks, store and
+//    local world size from SLURM_*; 50 steps train and a checkpoint of both
+//    ranks is committed;
+//  - the ready sbatch script examples/slurm/train.sbatch, submitted with sbatch;
+//  - `tessera run --launcher slurm` in an allocation: an agent started by srun
+//    restarts its workers after one is killed, resuming from the last checkpoint;
+//  - `tessera run --launcher slurm` outside an allocation: a clear error.
+// Needs root and slurmctld, slurmd, munge; skipped otherwise.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "testing/files.h"
+#include "testing/subprocess.h"
+
+namespace tessera::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string source_dir() {
+  const char* src = std::getenv("TESSERA_SOURCE_DIR");
+  return src ? src : ".";
+}
+
+std::string slurm_skip_reason() {
+  if (geteuid() != 0) return "needs root to start slurmctld and slurmd";
+  if (run_command("command -v slurmctld && command -v slurmd && command -v munged && "
+                  "command -v srun && command -v sbatch",
+                  5)
+          .exit_code != 0) {
+    return "needs slurmctld, slurmd, slurm-client and munge (scripts/install-deps.sh)";
+  }
+  return "";
+}
+
+class SlurmCluster : public ::testing::Test {
+ protected:
+  void TearDown() override {
+    if (started_) run_command(script("stop"), 60);
+  }
+
+  bool start() {
+    if (!slurm_skip_reason().empty()) return false;
+    auto r = run_command(script("start") + " 2>&1", 60);
+    started_ = true;
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return r.exit_code == 0;
+  }
+
+  std::string script(const std::string& verb) const {
+    return source_dir() + "/scripts/slurm-test-cluster.sh " + verb + " " +
+           (dir_ / "cluster").string();
+  }
+
+  // `command` with the cluster's clients configured, run in the test directory.
+  std::string in_cluster(const std::string& command) const {
+    return "cd " + dir_.string() + " && SLURM_CONF=" + (dir_ / "cluster" / "slurm.conf").string() +
+           " TESSERA_TIMEOUT=60 " + command;
+  }
+
+  // A tiny GPT on a small text, checkpoints every `interval` steps.
+  std::string write_config(int steps, int interval) const {
+    const fs::path corpus = dir_ / "corpus.txt";
+    std::ofstream text(corpus);
+    for (int i = 0; i < 400; ++i) text << "the quick brown fox " << i % 7 << " jumps.\n";
+    const fs::path path = dir_ / ("tiny_" + std::to_string(steps) + ".json");
+    std::ofstream(path) << R"({"train_micro_batch_size_per_gpu": 4, "steps_per_print": 1, "seed": 7,
+      "optimizer": {"type": "AdamW", "params": {"lr": 0.01}},
+      "model": {"n_layer": 1, "n_head": 2, "n_embd": 32, "block_size": 32, "dropout": 0.0},
+      "data": {"path": ")" << corpus.string() << R"("},
+      "train": {"steps": )" << steps << R"(, "eval_interval": 100000, "eval_iters": 4,
+                "checkpoint_interval": )" << interval << R"(, "sample_length": 0}})";
+    return path.string();
+  }
+
+  static int metric_rows(const fs::path& metrics) {
+    std::ifstream in(metrics);
+    int rows = 0;
+    for (std::string line; std::getline(in, line);) {
+      auto row = nlohmann::json::parse(line, nullptr, false);
+      if (!row.is_discarded() && row.contains("step") && row.contains("loss")) ++rows;
+    }
+    return rows;
+  }
+
+  // The manifest `latest` names under `out` (null when there is none).
+  static nlohmann::json latest_manifest(const fs::path& out) {
+    std::ifstream latest(out / "latest");
+    std::string step;
+    if (!std::getline(latest, step)) return nullptr;
+    std::ifstream m(out / step / "manifest.json");
+    if (!m) return nullptr;
+    return nlohmann::json::parse(m, nullptr, false);
+  }
+
+  TempDir tmp_{"slurm"};
+  fs::path dir_{tmp_.path()};
+  bool started_ = false;
+};
+
+TEST_F(SlurmCluster, SrunStartsOneTaskPerRankThatTrainAndCheckpoint) {
+  if (!start()) GTEST_SKIP() << slurm_skip_reason();
+  const fs::path out = dir_ / "srun";
+  // The default model and config, as a user would first try it.
+  auto r = run_command(in_cluster("TESSERA_JOB_TOKEN=srun-test srun -n 2 " + tessera_bin() +
+                                  " train --steps 50 --out " + out.string() + " 2>&1"),
+                       400);
+  std::printf("[slurm] srun -n 2 tessera train --steps 50: %.1f s\n", r.seconds);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(metric_rows(out / "metrics.jsonl"), 5);  // the default config logs every 10 steps
+  const auto manifest = latest_manifest(out);
+  ASSERT_TRUE(manifest.is_object()) << "no committed checkpoint in " << out;
+  EXPECT_EQ(manifest["step"], 50);
+  EXPECT_EQ(manifest["world_size"], 2);  // both tasks joined one job
+}
+
+TEST_F(SlurmCluster, TheSbatchExampleRuns) {
+  if (!start()) GTEST_SKIP() << slurm_skip_reason();
+  const fs::path out = dir_ / "sbatch";
+  auto r = run_command(in_cluster("TESSERA=" + tessera_bin() + " STEPS=30 OUT=" + out.string() +
+                                  " CONFIG=" + write_config(30, 10) +
+                                  " sbatch --wait --output=" + (dir_ / "job.out").string() + " " +
+                                  source_dir() + "/examples/slurm/train.sbatch 2>&1"),
+                       300);
+  const std::string log = read_text_file((dir_ / "job.out").string());
+  std::printf("[slurm] sbatch examples/slurm/train.sbatch, 30 steps: %.1f s\n", r.seconds);
+  ASSERT_EQ(r.exit_code, 0) << r.output << log;
+  EXPECT_EQ(metric_rows(out / "metrics.jsonl"), 30) << log;
+  const auto manifest = latest_manifest(out);
+  ASSERT_TRUE(manifest.is_object()) << log;
+  EXPECT_EQ(manifest["step"], 30);
+  EXPECT_EQ(manifest["world_size"], 2);
+}
+
+TEST_F(SlurmCluster, LauncherSlurmRestartsTheWorkersAndResumes) {
+  if (!start()) GTEST_SKIP() << slurm_skip_reason();
+  const fs::path out = dir_ / "agent";
+  // salloc holds the allocation; inside it the launcher starts its agent with srun.
+  auto r = run_command(in_cluster("TESSERA_TEST_KILL_AT_STEP=1:13 salloc --nodes=1 --ntasks=1 "
+                                  "--cpus-per-task=2 " + tessera_bin() +
+                                  " run --launcher slurm -n 2 --max-restarts 1 --grace-period 2 " +
+                                  tessera_bin() + " train --config " + write_config(20, 10) +
+                                  " --out " + out.string() + " 2>&1"),
+                       300);
+  std::printf("[slurm] tessera run --launcher slurm, rank 1 killed at step 13: %.1f s\n",
+              r.seconds);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("restarting all workers (restart 1 of 1)"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("resumed from " + out.string() + "/step_10"), std::string::npos)
+      << r.output;
+  const auto manifest = latest_manifest(out);
+  ASSERT_TRUE(manifest.is_object()) << r.output;
+  EXPECT_EQ(manifest["step"], 20);
+  EXPECT_EQ(manifest["world_size"], 2);
+}
+
+TEST_F(SlurmCluster, LauncherSlurmOutsideAnAllocationSaysSo) {
+  if (!slurm_skip_reason().empty()) GTEST_SKIP() << slurm_skip_reason();
+  auto r = run_command("env -u SLURM_JOB_ID " + tessera_bin() + " run --launcher slurm -n 2 true 2>&1",
+                       60);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("SLURM_JOB_ID is not set; run it inside an allocation"),
+            std::string::npos)
+      << r.output;
+}
+
+}  // namespace
+}  // namespace tessera::testing
