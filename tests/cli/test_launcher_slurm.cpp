@@ -6,6 +6,9 @@
 //  - the ready sbatch script examples/slurm/train.sbatch, submitted with sbatch;
 //  - `tessera run --launcher slurm` in an allocation: an agent started by srun
 //    restarts its workers after one is killed, resuming from the last checkpoint;
+//  - scancel --signal=TERM on that job (Slurm signals every process of the step,
+//    agent and workers alike, and the agent forwards its own copy): a
+//    checkpoint, exit 143, no process left;
 //  - `tessera run --launcher slurm` outside an allocation: a clear error.
 // Needs root and slurmctld, slurmd, munge; skipped otherwise.
 #include <gtest/gtest.h>
@@ -160,6 +163,31 @@ TEST_F(SlurmCluster, LauncherSlurmRestartsTheWorkersAndResumes) {
   ASSERT_TRUE(manifest.is_object()) << r.output;
   EXPECT_EQ(manifest["step"], 20);
   EXPECT_EQ(manifest["world_size"], 2);
+}
+
+TEST_F(SlurmCluster, ScancelTermCheckpointsAndExits143) {
+  if (!start()) GTEST_SKIP() << slurm_skip_reason();
+  const fs::path out = dir_ / "scancel";
+  const fs::path log = dir_ / "scancel.log";
+  const std::string job = in_cluster("salloc --nodes=1 --ntasks=1 --cpus-per-task=2 " +
+                                     tessera_bin() + " run --launcher slurm -n 2 --grace-period 10 " +
+                                     tessera_bin() + " train --config " + write_config(100000, 0) +
+                                     " --out " + out.string());
+  const std::string started = "grep -qE '\"step\":5[,}]' " + (out / "metrics.jsonl").string() +
+                              " 2>/dev/null";
+  auto r = run_command("(" + job + " > " + log.string() + " 2>&1 & pid=$!; " +
+                           "for i in $(seq 1 3000); do " + started +
+                           " && break; sleep 0.02; done; " +
+                           in_cluster("sh -c 'scancel --signal=TERM $(squeue -h -o %i)'") +
+                           "; wait $pid; echo \"exit $?\")",
+                       300);
+  const std::string output = read_text_file(log.string());
+  EXPECT_NE(r.output.find("exit 143"), std::string::npos) << r.output << output;
+  EXPECT_NE(output.find("preempted (SIGTERM) after step"), std::string::npos) << output;
+  const auto manifest = latest_manifest(out);
+  ASSERT_TRUE(manifest.is_object()) << output;
+  EXPECT_GE(manifest["step"].get<int>(), 5);
+  EXPECT_EQ(count_processes(out.string()), 0) << "processes of the job remain";
 }
 
 TEST_F(SlurmCluster, LauncherSlurmOutsideAnAllocationSaysSo) {

@@ -6,7 +6,10 @@
 // shell reports a process that a signal ended.
 //
 // A second signal while the first is being handled restores the default action
-// and re-raises it: an impatient Ctrl-C still stops the process.
+// and re-raises it: an impatient Ctrl-C still stops the process. The same signal
+// again within 2 s counts as the first one delivered twice (Slurm signals every
+// process of a job step while `tessera run` forwards its own copy), not as a
+// second request.
 //
 // One object per process, on the thread that runs the loop; the previous
 // handlers come back when it is destroyed.
