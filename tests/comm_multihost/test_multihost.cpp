@@ -175,13 +175,22 @@ TEST(MultiHost, FailedCheckFailsBothLaunchers) {
   JobOutcome out = run_job(prefix, marker, "TESSERA_BACKEND=gloo");
   if (out.skipped) GTEST_SKIP() << "cannot create network namespaces: " << out.shell.output;
   EXPECT_FALSE(out.shell.timed_out) << out.all_logs();
+  // Whichever node's workers reach the assertion first end the round for both:
+  // that node reports the failure itself ("job failed"), the other names it
+  // ("the job ends: rank R on HOST ..."), and the other's workers may fail
+  // before their own assertion, their peers gone mid-connect.
+  int asserted = 0;
   for (int node = 0; node < kNodes; ++node) {
+    const std::string& log = out.logs[node];
     EXPECT_EQ(out.exit_codes[node], 1) << "node " << node << "\n" << out.all_logs();
-    EXPECT_NE(out.logs[node].find("job failed"), std::string::npos) << out.all_logs();
-    // The group was built (over gloo between the hosts); only the assertion failed.
-    EXPECT_NE(out.logs[node].find("Which is: \"gloo\""), std::string::npos) << out.all_logs();
-    EXPECT_EQ(out.logs[node].find("all checks passed"), std::string::npos) << out.all_logs();
+    EXPECT_TRUE(log.find("job failed") != std::string::npos ||
+                log.find("the job ends: rank ") != std::string::npos)
+        << out.all_logs();
+    // The group was built over gloo between the hosts; only the assertion failed.
+    if (log.find("Which is: \"gloo\"") != std::string::npos) ++asserted;
+    EXPECT_EQ(log.find("all checks passed"), std::string::npos) << out.all_logs();
   }
+  EXPECT_GE(asserted, 1) << "no worker reached the backend assertion\n" << out.all_logs();
   expect_nothing_left(out, prefix, marker);
 }
 
