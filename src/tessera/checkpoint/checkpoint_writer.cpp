@@ -7,9 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <random>
-#include <sstream>
 #include <thread>
 
 #include "tessera/checkpoint/checkpoint_reader.h"
@@ -85,23 +83,6 @@ void prune(const std::string& dir, int keep_last) {
   }
 }
 
-// This process's host as the launcher names it (the hostfile's name), else its
-// host name: what an error about hosts that do not share a directory shows.
-std::string host_label() {
-  if (auto label = env::get("TESSERA_HOST_LABEL"); label && !label->empty()) return *label;
-  char host[256] = {0};
-  if (::gethostname(host, sizeof(host) - 1) != 0) return "?";
-  return host;
-}
-
-std::string read_whole_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return "";
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 // TESSERA_TEST_KILL_IN_CHECKPOINT=R:S, a test hook: rank R SIGKILLs itself in
 // the save of step S once its own files are written and before the commit (on
 // the launcher's first attempt only), as a crash in the middle of a save would.
@@ -165,9 +146,13 @@ void CheckpointWriter::check_directory_is_shared() {
   bool seen = false;
   for (int attempt = 0; attempt < 20 && !seen; ++attempt) {
     if (attempt > 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    seen = read_whole_file(probe) == token;
+    try {
+      seen = read_file_bytes(probe) == token;
+    } catch (const CheckpointError&) {
+      // Not there (yet): this host does not see rank 0's directory.
+    }
   }
-  auto views = coordinator_->all_gather((seen ? "1" : "0") + host_label());
+  auto views = coordinator_->all_gather((seen ? "1" : "0") + env::host_label());
   if (rank == 0) {
     std::error_code ec;
     fs::remove(probe, ec);

@@ -1,5 +1,7 @@
 #include "tessera/core/env.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdlib>
 
@@ -176,6 +178,13 @@ double timeout_seconds() {
   double t = get_double("TESSERA_TIMEOUT");
   TS_CHECK_T(ConfigError, t > 0, "TESSERA_TIMEOUT must be positive seconds, got ", t);
   return t;
+}
+
+std::string host_label() {
+  if (auto label = get("TESSERA_HOST_LABEL"); label && !label->empty()) return *label;
+  char host[256] = {0};
+  if (::gethostname(host, sizeof(host) - 1) != 0) host[0] = '\0';
+  return host;
 }
 
 }  // namespace tessera::env

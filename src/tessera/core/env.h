@@ -33,4 +33,8 @@ bool get_bool(const char* name);  // 1/0, true/false, yes/no, on/off
 // The collective/store timeout in seconds (TESSERA_TIMEOUT, default 300).
 double timeout_seconds();
 
+// The name this process reports for its host: TESSERA_HOST_LABEL (the name the
+// hostfile launcher used to reach it) when set, else gethostname() ("" if that fails).
+std::string host_label();
+
 }  // namespace tessera::env

@@ -1,7 +1,5 @@
 #include "tessera/cli/launcher/error_file.h"
 
-#include <unistd.h>
-
 #include <chrono>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -13,15 +11,8 @@
 
 namespace tessera::cli {
 
-std::string launcher_host_name() {
-  if (auto label = env::get("TESSERA_HOST_LABEL"); label && !label->empty()) return *label;
-  char host[256] = {0};
-  if (::gethostname(host, sizeof(host) - 1) != 0) host[0] = '\0';
-  return host;
-}
-
 std::string error_file_json(const RoundResult& result, const OutputRelay& relay, int restarts) {
-  nlohmann::json info = {{"hostname", launcher_host_name()}, {"restarts", restarts}};
+  nlohmann::json info = {{"hostname", env::host_label()}, {"restarts", restarts}};
   info["timestamp"] = std::to_string(std::chrono::duration_cast<std::chrono::seconds>(
                                          std::chrono::system_clock::now().time_since_epoch())
                                          .count());

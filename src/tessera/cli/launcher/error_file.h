@@ -18,10 +18,6 @@
 
 namespace tessera::cli {
 
-// The name this launcher reports for its host: TESSERA_HOST_LABEL (the name the
-// hostfile launcher used to reach it) when set, else gethostname().
-std::string launcher_host_name();
-
 // The JSON text for a failed round (`restarts`: how many restarts were used).
 std::string error_file_json(const RoundResult& result, const OutputRelay& relay, int restarts);
 

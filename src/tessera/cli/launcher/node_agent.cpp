@@ -62,7 +62,7 @@ RendezvousSettings rendezvous_settings(const LaunchOptions& o, const std::string
   s.min_nodes = o.min_nodes;
   s.max_nodes = o.nnodes;
   s.nproc = o.nproc_per_node;
-  s.node_name = launcher_host_name();
+  s.node_name = env::host_label();
   s.join_timeout = o.join_timeout;
   s.last_call = o.last_call_timeout;
   s.node_timeout = o.node_timeout;
@@ -103,7 +103,7 @@ int run_node_agent(const LaunchOptions& o) {
   Supervisor supervisor(o.grace_period);
   HangWatch hang_watch(o.heartbeat_timeout, o.stall_shutdown);
   AgentRendezvous rdzv(rendezvous_settings(o, token));
-  const std::string host = launcher_host_name();
+  const std::string host = env::host_label();
   const bool label_hosts = env::get("TESSERA_HOST_LABEL").has_value();
 
   JobContext job;
