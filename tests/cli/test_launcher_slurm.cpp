@@ -9,17 +9,28 @@
 //  - scancel --signal=TERM on that job (Slurm signals every process of the step,
 //    agent and workers alike, and the agent forwards its own copy): a
 //    checkpoint, exit 143, no process left;
-//  - `tessera run --launcher slurm` outside an allocation: a clear error.
+//  - `tessera run --launcher slurm` outside an allocation: a clear error;
+// and a two-node cluster whose nodes are network-namespace hosts (one slurmd in
+// each), where
+//  - `srun -N 2 -n 4` trains across both nodes, loss for loss as the same job
+//    on one host;
+//  - `tessera run --launcher slurm` runs an agent per node and, after a worker
+//    on node 1 is killed, restarts both nodes' workers from the last checkpoint.
 // Needs root and slurmctld, slurmd, munge; skipped otherwise.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 
 #include "testing/files.h"
+#include "testing/netns_hosts.h"
 #include "testing/subprocess.h"
 
 namespace tessera::testing {
@@ -47,25 +58,50 @@ class SlurmCluster : public ::testing::Test {
  protected:
   void TearDown() override {
     if (started_) run_command(script("stop"), 60);
+    hosts_.reset();  // after the daemons inside them are gone
   }
 
-  bool start() {
+  // One node on loopback, or `nodes` (>= 2) namespace hosts with a slurmd each.
+  bool start(int nodes = 0) {
     if (!slurm_skip_reason().empty()) return false;
-    auto r = run_command(script("start") + " 2>&1", 60);
+    if (nodes >= 2) {
+      if (!netns_skip_reason(false).empty()) return false;
+      hosts_ = std::make_unique<NetnsHosts>("tslurm", nodes);
+      auto up = hosts_->up();
+      EXPECT_EQ(up.exit_code, 0) << up.output;
+      if (up.exit_code != 0) return false;
+    }
+    nodes_ = nodes;
+    auto r = run_command(script("start") + " " + std::to_string(nodes) + " 2>&1", 60);
     started_ = true;
     EXPECT_EQ(r.exit_code, 0) << r.output;
     return r.exit_code == 0;
   }
 
   std::string script(const std::string& verb) const {
-    return source_dir() + "/scripts/slurm-test-cluster.sh " + verb + " " +
-           (dir_ / "cluster").string();
+    return "TESSERA_NETNS_PREFIX=tslurm " + source_dir() + "/scripts/slurm-test-cluster.sh " +
+           verb + " " + (dir_ / "cluster").string();
   }
 
-  // `command` with the cluster's clients configured, run in the test directory.
+  // `command` with the cluster's clients configured, run in the test directory
+  // (on node 0 of a multi-node cluster: it must start with a program, not with
+  // variable assignments).
   std::string in_cluster(const std::string& command) const {
     return "cd " + dir_.string() + " && SLURM_CONF=" + (dir_ / "cluster" / "slurm.conf").string() +
-           " TESSERA_TIMEOUT=60 " + command;
+           " TESSERA_TIMEOUT=60 " + (nodes_ >= 2 ? script("on") + " 0 " : "") + command;
+  }
+
+  // The loss of each logged step in `metrics`.
+  static std::map<int, double> losses(const fs::path& metrics) {
+    std::map<int, double> out;
+    std::ifstream in(metrics);
+    for (std::string line; std::getline(in, line);) {
+      auto row = nlohmann::json::parse(line, nullptr, false);
+      if (!row.is_discarded() && row.contains("step") && row.contains("loss")) {
+        out[row["step"].get<int>()] = row["loss"].get<double>();
+      }
+    }
+    return out;
   }
 
   // A tiny GPT on a small text, checkpoints every `interval` steps.
@@ -103,10 +139,32 @@ class SlurmCluster : public ::testing::Test {
     return nlohmann::json::parse(m, nullptr, false);
   }
 
+  // A 20-step job with checkpoints every 10 steps whose worker was killed at step
+  // 13: one restart, resumed from step_10, a committed step_20 of `world` ranks.
+  static void expect_restarted_and_resumed(const CommandResult& r, const fs::path& out,
+                                           int world) {
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("restarting all workers (restart 1 of 1)"), std::string::npos)
+        << r.output;
+    EXPECT_NE(r.output.find("resumed from " + out.string() + "/step_10"), std::string::npos)
+        << r.output;
+    const auto manifest = latest_manifest(out);
+    ASSERT_TRUE(manifest.is_object()) << r.output;
+    EXPECT_EQ(manifest["step"], 20);
+    EXPECT_EQ(manifest["world_size"], world);
+  }
+
   TempDir tmp_{"slurm"};
   fs::path dir_{tmp_.path()};
   bool started_ = false;
+  int nodes_ = 0;
+  std::unique_ptr<NetnsHosts> hosts_;
 };
+
+std::string two_host_skip_reason() {
+  std::string why = slurm_skip_reason();
+  return why.empty() ? netns_skip_reason(false) : why;
+}
 
 TEST_F(SlurmCluster, SrunStartsOneTaskPerRankThatTrainAndCheckpoint) {
   if (!start()) GTEST_SKIP() << slurm_skip_reason();
@@ -154,15 +212,7 @@ TEST_F(SlurmCluster, LauncherSlurmRestartsTheWorkersAndResumes) {
                        300);
   std::printf("[slurm] tessera run --launcher slurm, rank 1 killed at step 13: %.1f s\n",
               r.seconds);
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("restarting all workers (restart 1 of 1)"), std::string::npos)
-      << r.output;
-  EXPECT_NE(r.output.find("resumed from " + out.string() + "/step_10"), std::string::npos)
-      << r.output;
-  const auto manifest = latest_manifest(out);
-  ASSERT_TRUE(manifest.is_object()) << r.output;
-  EXPECT_EQ(manifest["step"], 20);
-  EXPECT_EQ(manifest["world_size"], 2);
+  expect_restarted_and_resumed(r, out, 2);
 }
 
 TEST_F(SlurmCluster, ScancelTermCheckpointsAndExits143) {
@@ -198,6 +248,55 @@ TEST_F(SlurmCluster, LauncherSlurmOutsideAnAllocationSaysSo) {
   EXPECT_NE(r.output.find("SLURM_JOB_ID is not set; run it inside an allocation"),
             std::string::npos)
       << r.output;
+}
+
+// Node 0's store is found by name (the first node of SLURM_STEP_NODELIST) and
+// gloo binds the address routed toward it: were either loopback, the ranks on
+// node1 could not connect. The same job on one host gives the same losses.
+TEST_F(SlurmCluster, SrunTrainsFourRanksOnTwoNodes) {
+  if (!start(2)) GTEST_SKIP() << two_host_skip_reason();
+  const std::string config = write_config(20, 10);
+  const fs::path out = dir_ / "two_nodes";
+  auto r = run_command(in_cluster("env TESSERA_JOB_TOKEN=two-nodes srun -N 2 -n 4 "
+                                  "--ntasks-per-node=2 --kill-on-bad-exit=1 " + tessera_bin() +
+                                  " train --config " + config + " --out " + out.string() + " 2>&1"),
+                       300);
+  std::printf("[slurm] srun -N 2 -n 4 tessera train, 20 steps: %.1f s\n", r.seconds);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto manifest = latest_manifest(out);
+  ASSERT_TRUE(manifest.is_object()) << r.output;
+  EXPECT_EQ(manifest["step"], 20);
+  EXPECT_EQ(manifest["world_size"], 4);
+
+  const fs::path ref = dir_ / "one_host";
+  auto local = run_command(tessera_bin() + " run -n 4 " + tessera_bin() + " train --config " +
+                               config + " --out " + ref.string() + " 2>&1",
+                           300);
+  ASSERT_EQ(local.exit_code, 0) << local.output;
+  const auto expected = losses(ref / "metrics.jsonl");
+  const auto got = losses(out / "metrics.jsonl");
+  ASSERT_EQ(got.size(), 20u);
+  ASSERT_EQ(expected.size(), 20u);
+  double worst = 0;
+  for (const auto& [step, loss] : expected) worst = std::max(worst, std::abs(got.at(step) - loss));
+  std::printf("[slurm] max |loss difference| against one host over 20 steps: %.3g\n", worst);
+  EXPECT_LE(worst, 1e-4);
+}
+
+TEST_F(SlurmCluster, LauncherSlurmOnTwoNodesRestartsBothAndResumes) {
+  if (!start(2)) GTEST_SKIP() << two_host_skip_reason();
+  const fs::path out = dir_ / "agents";
+  // Rank 3 is on node1: both nodes' workers must stop and start again.
+  auto r = run_command(in_cluster("env TESSERA_TEST_KILL_AT_STEP=3:13 salloc --nodes=2 "
+                                  "--ntasks-per-node=1 " + tessera_bin() +
+                                  " run --launcher slurm -n 2 --max-restarts 1 --grace-period 2 " +
+                                  tessera_bin() + " train --config " + write_config(20, 10) +
+                                  " --out " + out.string() + " 2>&1"),
+                       300);
+  std::printf("[slurm] tessera run --launcher slurm on 2 nodes, rank 3 killed at step 13: %.1f s\n",
+              r.seconds);
+  expect_restarted_and_resumed(r, out, 4);
+  EXPECT_EQ(count_processes(out.string()), 0) << "processes of the job remain";
 }
 
 }  // namespace

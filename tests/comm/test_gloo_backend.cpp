@@ -60,6 +60,17 @@ TEST(GlooAddress, HostnameVariableWins) {
   EXPECT_EQ(comm::choose_gloo_address().source, "MASTER_ADDR (loopback)");
 }
 
+// The store's host given by the launch (srun: node 0 of the step) wins over
+// MASTER_ADDR, which srun does not set.
+TEST(GlooAddress, TheStoreHostWinsOverMasterAddr) {
+  setenv("MASTER_ADDR", "127.0.0.9", 1);
+  const auto a = comm::choose_gloo_address("127.0.0.5");
+  EXPECT_EQ(a.hostname, "127.0.0.5");
+  EXPECT_EQ(a.source, "the store host (loopback)");
+  EXPECT_EQ(comm::choose_gloo_address().hostname, "127.0.0.9");
+  unsetenv("MASTER_ADDR");
+}
+
 // An interface that doesn't exist (no name lookup, no traffic).
 TEST(GlooAddress, UnbindableAddressNamesTheVariable) {
   setenv("TESSERA_GLOO_IFACE", "tsnoiface0", 1);

@@ -63,6 +63,9 @@ void init(const InitOptions& options) {
   }
   if (options.stall_warn_seconds) pg.stall_warn = *options.stall_warn_seconds;
   if (options.stall_shutdown_seconds) pg.stall_shutdown = *options.stall_shutdown_seconds;
+  // Under srun MASTER_ADDR is often unset: the store's host comes from the step's
+  // node list, and gloo must bind the address that reaches it, not loopback.
+  pg.rendezvous_host = info.master_addr;
   s.store = connect_store(info, s, pg.timeout);
   s.store->set_timeout(pg.timeout);
   s.group = std::make_shared<comm::ProcessGroup>(s.store, info.rank, info.world_size, pg);

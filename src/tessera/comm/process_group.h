@@ -53,6 +53,11 @@ struct ProcessGroupOptions {
   // the same, so that a stalled job ends instead of waiting for `timeout`
   // (0: off; TESSERA_STALL_SHUTDOWN, config stall_shutdown_time_seconds).
   double stall_shutdown = 0.0;
+  // The host every rank reaches the job's store at; backends that open their own
+  // connections (gloo) bind the local address routed toward it. tessera::init()
+  // sets it from the launch (under srun: the first node of the step); empty:
+  // MASTER_ADDR.
+  std::string rendezvous_host;
   // Options from the environment (TESSERA_TIMEOUT, TESSERA_DEBUG, ...).
   static ProcessGroupOptions from_env(const std::string& name = "default");
 };

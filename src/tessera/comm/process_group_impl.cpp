@@ -76,6 +76,7 @@ ProcessGroupImpl::ProcessGroupImpl(std::shared_ptr<Store> root_store, int rank, 
   ctx.global_ranks = global_ranks_;
   ctx.group_name = options_.name;
   ctx.timeout = options_.timeout;
+  ctx.rendezvous_host = options_.rendezvous_host;
   try {
     backend_name_ = resolve_backend_name(options_.backend, ctx);
     backend_ = create_backend(backend_name_, ctx);

@@ -67,6 +67,7 @@ GroupList make_groups(bool compare, bool rank0) {
     }
     comm::ProcessGroupOptions opts = comm::ProcessGroupOptions::from_env("bench_" + name);
     opts.backend = name;
+    opts.rendezvous_host = launch_info().master_addr;
     try {
       groups.emplace_back(name, std::make_shared<comm::ProcessGroup>(
                                     default_store(), group->rank(), group->size(), opts));

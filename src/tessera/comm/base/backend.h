@@ -41,6 +41,10 @@ struct BackendContext {
   std::vector<int> global_ranks;     // group rank -> global rank
   std::string group_name = "default";
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};
+  // The host every rank reaches the job's store at (node 0). Backends that open
+  // their own connections bind this host's address on the route toward it;
+  // empty: MASTER_ADDR.
+  std::string rendezvous_host;
 };
 
 class Backend {

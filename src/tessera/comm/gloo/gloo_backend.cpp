@@ -54,7 +54,7 @@ std::vector<size_t> to_sizes(const std::vector<int64_t>& counts) {
 
 GlooBackend::GlooBackend(BackendContext ctx) : Backend(std::move(ctx)) {
   if (size() == 1) return;
-  GlooAddress address = choose_gloo_address();
+  GlooAddress address = choose_gloo_address(ctx_.rendezvous_host);
   auto device = make_gloo_device(address);
   auto context = std::make_shared<::gloo::rendezvous::Context>(rank(), size());
   context->setTimeout(ctx_.timeout);

@@ -26,12 +26,13 @@ namespace {
 // The local address the kernel routes to `host` from, or "" if host doesn't
 // resolve or has no route. connect() on a UDP socket only picks the route: no
 // packet is sent.
-std::string local_address_toward(const std::string& host, const std::string& port) {
+std::string local_address_toward(const std::string& host) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_DGRAM;
   addrinfo* found = nullptr;
-  if (getaddrinfo(host.c_str(), port.c_str(), &hints, &found) != 0) return "";
+  // Any port: only the route is wanted.
+  if (getaddrinfo(host.c_str(), "9", &hints, &found) != 0) return "";
   std::string address;
   for (addrinfo* ai = found; ai != nullptr && address.empty(); ai = ai->ai_next) {
     int fd = ::socket(ai->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
@@ -53,7 +54,10 @@ std::string local_address_toward(const std::string& host, const std::string& por
 
 }  // namespace
 
-GlooAddress choose_gloo_address() {
+GlooAddress choose_gloo_address(const std::string& rendezvous_host) {
+  const std::string master =
+      rendezvous_host.empty() ? env::get_string("MASTER_ADDR") : rendezvous_host;
+  const std::string from = rendezvous_host.empty() ? "MASTER_ADDR" : "the store host";
   GlooAddress a;
   if (auto h = env::get("TESSERA_GLOO_HOSTNAME")) {
     a.hostname = *h;
@@ -61,15 +65,14 @@ GlooAddress choose_gloo_address() {
   } else if (auto i = env::get("TESSERA_GLOO_IFACE")) {
     a.iface = *i;
     a.source = "TESSERA_GLOO_IFACE";
-  } else if (std::string master = env::get_string("MASTER_ADDR"); is_loopback_host(master)) {
+  } else if (is_loopback_host(master)) {
     a.hostname = master;
-    a.source = "MASTER_ADDR (loopback)";
-  } else if (std::string local = local_address_toward(master, env::get_string("MASTER_PORT"));
-             !local.empty()) {
+    a.source = from + " (loopback)";
+  } else if (std::string local = local_address_toward(master); !local.empty()) {
     // The host name often resolves to 127.0.1.1 (Debian's /etc/hosts), which no
     // other host can reach; the address this host reaches MASTER_ADDR from can be.
     a.hostname = local;
-    a.source = "the route to MASTER_ADDR " + master;
+    a.source = "the route to " + from + " " + master;
   } else {
     char name[256] = {0};
     TS_CHECK_ERRNO(CommError, gethostname(name, sizeof(name) - 1),

@@ -3,11 +3,13 @@
 // The address must be one every other rank of the group can reach:
 //   1. TESSERA_GLOO_HOSTNAME, if set (a hostname or an IP of this host);
 //   2. TESSERA_GLOO_IFACE, if set (bind to that interface's address);
-//   3. the host of MASTER_ADDR when it is a loopback address (single-host jobs:
-//      everything stays on 127.0.0.0/8);
-//   4. otherwise the local address of this host's route to MASTER_ADDR (multi-host
-//      jobs, network namespaces): the one interface known to reach node 0;
-//   5. if MASTER_ADDR has no route, this host's name as resolved by getaddrinfo.
+//   3. the rendezvous host (the store's host, node 0; MASTER_ADDR when none is
+//      given) when it is a loopback address (single-host jobs: everything stays
+//      on 127.0.0.0/8);
+//   4. otherwise the local address of this host's route to the rendezvous host
+//      (multi-host jobs, network namespaces): the one interface known to reach
+//      node 0;
+//   5. if it has no route, this host's name as resolved by getaddrinfo.
 // Pure functions of the environment; thread-safe.
 #pragma once
 
@@ -27,7 +29,9 @@ struct GlooAddress {
 };
 
 // Applies the rules above to the current environment.
-GlooAddress choose_gloo_address();
+// `rendezvous_host`: the host the job's store is reached at (BackendContext);
+// empty: MASTER_ADDR.
+GlooAddress choose_gloo_address(const std::string& rendezvous_host = "");
 
 // True for 127.0.0.0/8, ::1 and "localhost".
 bool is_loopback_host(const std::string& host);

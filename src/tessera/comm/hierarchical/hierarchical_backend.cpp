@@ -26,6 +26,7 @@ BackendContext sub_context(const BackendContext& ctx, const std::vector<int>& me
   }
   sub.group_name = ctx.group_name + "/" + suffix;
   sub.timeout = ctx.timeout;
+  sub.rendezvous_host = ctx.rendezvous_host;
   return sub;
 }
 
