@@ -1,18 +1,22 @@
-# The two commands of README.md. Both install missing Debian packages first.
+# The two commands of README.md. Both install what is missing first (scripts/install-deps.sh).
 BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
 CTEST_ARGS ?=
 
-.PHONY: deps build demo test bench clean format
+.PHONY: deps configure build demo test bench clean format
 
 deps:
 	bash scripts/install-deps.sh
 
-build: deps
+configure: deps
 	cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Release
+
+build: configure
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 
-demo: build
+# The demo needs only the `tessera` binary and the libraries under it.
+demo: configure
+	cmake --build $(BUILD_DIR) -j $(JOBS) --target tessera
 	bash scripts/demo.sh $(BUILD_DIR)
 
 test: build

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole all_reduce sweep (float32 sum, 4 KB - 64 MB) for every backend of
 # this build, the plain Open MPI peer and PyTorch's Gloo (torch.distributed from
-# Debian's python3-torch), 2 ranks by default, all in one run,
+# PyTorch 2.x from scripts/install-deps.sh), 2 ranks by default, all in one run,
 # plus the memory traffic of the shm algorithm as a fraction of this host's
 # copy bandwidth at the same size. Each measurement runs REPS times, in turns
 # (tessera --compare, tessera's mpi backend, the MPI peer, torch, memcpy), and the
@@ -19,6 +19,7 @@ WARMUP=${WARMUP:-5}
 MIN_BYTES=${MIN_BYTES:-4K}
 MAX_BYTES=${MAX_BYTES:-64M}
 HERE="$(cd "$(dirname "$0")" && pwd)"
+PY=${TESSERA_PYTHON:-/opt/tessera-deps/venv/bin/python}   # PyTorch 2.x (scripts/install-deps.sh)
 TESSERA="$BUILD_DIR/src/tessera/tessera"
 PEER="$BUILD_DIR/bench/mpi_allreduce_peer"
 MEMCPY="$BUILD_DIR/bench/memcpy_bandwidth"
@@ -42,11 +43,11 @@ for rep in $(seq "$REPS"); do
     "${MPIRUN[@]}" "$PEER" "${SWEEP[@]}" >"$tmp/mpi_peer.$rep.txt" 2>"$tmp/log" \
       || { cat "$tmp/log" >&2; exit 1; }
   fi
-  if /usr/bin/python3 -c "import torch.distributed" 2>/dev/null; then
-    OMP_NUM_THREADS=1 /usr/bin/python3 "$HERE/torch_allreduce_peer.py" "$NPROC" $((29700 + rep)) \
+  if "$PY" -c "import torch.distributed" 2>/dev/null; then
+    OMP_NUM_THREADS=1 "$PY" "$HERE/torch_allreduce_peer.py" "$NPROC" $((29700 + rep)) \
       "$MIN_BYTES" "$MAX_BYTES" "$ITERS" "$WARMUP" >"$tmp/torch_peer.$rep.txt" 2>"$tmp/log" \
       || { cat "$tmp/log" >&2; exit 1; }
   fi
   "$MEMCPY" --procs "$NPROC" --min-bytes "$MIN_BYTES" --max-bytes "$MAX_BYTES" >"$tmp/memcpy.$rep.txt"
 done
-/usr/bin/python3 "$HERE/sweep_table.py" "$tmp" "$NPROC" "$REPS"
+"$PY" "$HERE/sweep_table.py" "$tmp" "$NPROC" "$REPS"

@@ -23,7 +23,7 @@ class CountingAllocator : public c10::Allocator {
     base_ = base;
     base_free_ = base->raw_deleter();
   }
-  c10::DataPtr allocate(size_t n) const override {
+  c10::DataPtr allocate(size_t n) override {
     void* data = base_->raw_allocate(n);
     int64_t now = 0;
     {
@@ -36,6 +36,9 @@ class CountingAllocator : public c10::Allocator {
     return {data, data, &release, c10::Device(c10::DeviceType::CPU)};
   }
   c10::DeleterFnPtr raw_deleter() const override { return &release; }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
   static int64_t live() {
     std::lock_guard<std::mutex> lock(mu_);
     return live_;

@@ -17,7 +17,7 @@ LAYERS=${LAYERS:-4}
 BATCH=${BATCH:-8}
 TESSERA="$BUILD_DIR/src/tessera/tessera"
 BENCH="$BUILD_DIR/bench/ddp_vs_pytorch"
-PY=/usr/bin/python3   # Debian's python3-torch
+PY=${TESSERA_PYTHON:-/opt/tessera-deps/venv/bin/python}   # PyTorch 2.x (scripts/install-deps.sh)
 PEER="$(dirname "$0")/ddp_pytorch_peer.py"
 export OMP_NUM_THREADS=1
 for f in "$TESSERA" "$BENCH"; do

@@ -15,3 +15,7 @@ echo
   --op all --min-bytes 1K --max-bytes 4M --iters 10 --warmup 3
 echo
 bash "$HERE/ddp_vs_pytorch.sh" "$BUILD_DIR"
+echo
+bash "$HERE/zero_vs_pytorch.sh" "$BUILD_DIR"
+echo
+bash "$HERE/model_parallel_vs_pytorch.sh" "$BUILD_DIR"

@@ -1,4 +1,4 @@
-"""PyTorch's Gloo all_reduce (torch.distributed, Debian's python3-torch), measured
+"""PyTorch's Gloo all_reduce (torch.distributed, PyTorch 2.x), measured
 like `tessera bench`: for each size of a doubling sweep, untimed warmup, then
 per iteration an untimed barrier and one timed all_reduce; a row's time is the
 median over iterations of the slowest rank's time. Prints the same columns as

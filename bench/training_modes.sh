@@ -6,7 +6,7 @@
 # where the kernel has it, else tbf (rate only; this script says which). Each
 # mode trains `tessera train`'s embedded default GPT for STEPS steps (the same
 # samples in every mode); PyTorch DDP over gloo, plain and with its PowerSGD
-# comm hook (Debian's python3-torch, bench/training_modes_peer.py), runs the same
+# comm hook (PyTorch 2.x, bench/training_modes_peer.py), runs the same
 # model on the same hosts in the same run. Prints per link rate: median step
 # time, the bytes each rank sends per step, and the held-out loss after the
 # fixed number of samples against synchronous DDP's. Not a test; needs root.
@@ -24,7 +24,7 @@ RATES=${RATES:-1gbit 100mbit}
 DELAY=${DELAY:-1ms}
 MODES=${MODES:-sync powersgd_r1 powersgd_r4 local_sgd_h4 delayed torch_sync torch_powersgd}
 HERE=$(cd "$(dirname "$0")" && pwd)
-PY=/usr/bin/python3   # Debian's python3-torch
+PY=${TESSERA_PYTHON:-/opt/tessera-deps/venv/bin/python}   # PyTorch 2.x (scripts/install-deps.sh)
 TESSERA=$(realpath "$BUILD_DIR/src/tessera/tessera")
 [[ -x "$TESSERA" ]] || { echo "training_modes: $TESSERA is missing; build it first" >&2; exit 2; }
 [[ $(id -u) == 0 ]] || { echo "training_modes: needs root (network namespaces, tc)" >&2; exit 2; }

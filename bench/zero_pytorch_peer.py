@@ -1,6 +1,9 @@
 """PyTorch peer for bench/zero_vs_pytorch.sh: the GPT of bench/ddp_pytorch_peer.py at a
-given size, trained with DDP (gloo) and AdamW, either plainly ("ddp") or with
-torch.distributed.optim.ZeroRedundancyOptimizer ("zero1", PyTorch's ZeRO stage 1).
+given size, trained with AdamW over gloo: DDP plainly ("ddp"), DDP with
+torch.distributed.optim.ZeroRedundancyOptimizer ("zero1", PyTorch's ZeRO stage 1),
+FSDP2 ("fsdp2": torch.distributed.fsdp.fully_shard on every block and the root,
+PyTorch 2.x's ZeRO stage 3), or DeepSpeed's engine at ZeRO stage 1, 2 or 3 ("ds1",
+"ds2", "ds3": DS_ACCELERATOR=cpu, gloo, its torch AdamW), when deepspeed imports.
 One thread per rank, fixed random tokens. Prints from rank 0:
   median_step_ms <x> peak_rss_mb <max over ranks>
 Usage: zero_pytorch_peer.py MODE WORLD STEPS PORT LAYERS EMBD BATCH [SEQ]"""
@@ -25,11 +28,39 @@ N_HEAD = N_EMBD // 64 if N_EMBD % 64 == 0 else 4
 VOCAB = 256
 
 
+def deepspeed_step_fn(rank, x, y):
+    import deepspeed
+    model = GPT(N_LAYER, N_HEAD, N_EMBD, BLOCK, VOCAB)
+    cfg = {"train_batch_size": BATCH * WORLD, "train_micro_batch_size_per_gpu": BATCH,
+           "optimizer": {"type": "AdamW", "params": {"lr": 1e-4, "torch_adam": True}},
+           "zero_optimization": {"stage": int(MODE[2:])}, "steps_per_print": 1 << 30}
+    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(),
+                                           config=cfg)
+
+    def step():
+        engine.backward(engine(x, y))
+        engine.step()
+    return step
+
+
 def worker(rank):
     torch.set_num_threads(1)
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(PORT))
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(PORT), RANK=str(rank),
+                      LOCAL_RANK=str(rank), WORLD_SIZE=str(WORLD), LOCAL_WORLD_SIZE=str(WORLD))
     dist.init_process_group("gloo", rank=rank, world_size=WORLD)
-    model = nn.parallel.DistributedDataParallel(GPT(N_LAYER, N_HEAD, N_EMBD, BLOCK, VOCAB))
+    if MODE.startswith("ds"):
+        g = torch.Generator().manual_seed(rank)
+        tokens = torch.randint(VOCAB, (BATCH, BLOCK + 1), generator=g)
+        step = deepspeed_step_fn(rank, tokens[:, :-1], tokens[:, 1:])
+        return measure(rank, step)
+    if MODE == "fsdp2":
+        from torch.distributed.fsdp import fully_shard
+        model = GPT(N_LAYER, N_HEAD, N_EMBD, BLOCK, VOCAB)
+        for blk in model.h:
+            fully_shard(blk)
+        fully_shard(model)
+    else:
+        model = nn.parallel.DistributedDataParallel(GPT(N_LAYER, N_HEAD, N_EMBD, BLOCK, VOCAB))
     if MODE == "zero1":
         opt = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.AdamW, lr=1e-4)
     else:
@@ -37,13 +68,20 @@ def worker(rank):
     g = torch.Generator().manual_seed(rank)
     tokens = torch.randint(VOCAB, (BATCH, BLOCK + 1), generator=g)
     x, y = tokens[:, :-1], tokens[:, 1:]
+
+    def step():
+        opt.zero_grad()
+        model(x, y).backward()
+        opt.step()
+    measure(rank, step)
+
+
+def measure(rank, step):
     warmup = 2 if STEPS > 3 else 0
     times = []
     for i in range(warmup + STEPS):
         t0 = time.perf_counter()
-        opt.zero_grad()
-        model(x, y).backward()
-        opt.step()
+        step()
         if i >= warmup:
             times.append((time.perf_counter() - t0) * 1e3)
     times.sort()
@@ -55,4 +93,5 @@ def worker(rank):
 
 
 if __name__ == "__main__":
+    os.environ.setdefault("DS_ACCELERATOR", "cpu")
     mp.spawn(worker, nprocs=WORLD)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# ZeRO stages 0-3 of Tessera next to PyTorch DDP and PyTorch's ZeroRedundancyOptimizer
-# (ZeRO stage 1), in the same run: the same GPT (LAYERS x EMBD, default 8 x 704:
+# ZeRO stages 0-3 of Tessera next to PyTorch 2.x's DDP, ZeroRedundancyOptimizer
+# (ZeRO stage 1) and FSDP2 fully_shard (ZeRO stage 3), and DeepSpeed's ZeRO stages 1
+# and 3, in the same run: the same GPT (LAYERS x EMBD, default 8 x 704:
 # about 48 M parameters), AdamW, BATCH sequences of 64 tokens per rank (default 4),
 # at 2 and 4 ranks on this host, one thread per rank. Each configuration runs REPS
 # times in turns; the table shows the median step time over runs and the largest
@@ -17,7 +18,7 @@ BATCH=${BATCH:-4}
 WORLDS=${WORLDS:-"2 4"}
 TESSERA="$BUILD_DIR/src/tessera/tessera"
 BENCH="$BUILD_DIR/bench/zero_bench"
-PY=/usr/bin/python3
+PY=${TESSERA_PYTHON:-/opt/tessera-deps/venv/bin/python}   # PyTorch 2.x (scripts/install-deps.sh)
 PEER="$(dirname "$0")/zero_pytorch_peer.py"
 export OMP_NUM_THREADS=1
 for f in "$TESSERA" "$BENCH"; do
@@ -42,7 +43,7 @@ for rep in $(seq "$REPS"); do
       "$TESSERA" run --master-port 0 -n "$world" "$BENCH" "$stage" "$STEPS" "$LAYERS" "$EMBD" "$BATCH" 2>&1 \
         | grep median_step_ms | record "w${world}_tessera_s${stage}"
     done
-    for mode in ddp zero1; do
+    for mode in ddp zero1 fsdp2 ds1 ds3; do
       port=$((port + 1))
       "$PY" "$PEER" "$mode" "$world" "$STEPS" "$port" "$LAYERS" "$EMBD" "$BATCH" 2>&1 \
         | grep median_step_ms | record "w${world}_pytorch_${mode}"
@@ -57,7 +58,7 @@ echo "| ranks | run | step (ms) | vs Tessera DDP | peak RSS per rank (MB) |"
 echo "|---|---|---|---|---|"
 for world in $WORLDS; do
   base=$(median "$tmp/w${world}_tessera_s0.ms")
-  for name in tessera_s0 tessera_s1 tessera_s2 tessera_s3 pytorch_ddp pytorch_zero1; do
+  for name in tessera_s0 tessera_s1 tessera_s2 tessera_s3 pytorch_ddp pytorch_zero1 pytorch_fsdp2 pytorch_ds1 pytorch_ds3; do
     ms=$(median "$tmp/w${world}_${name}.ms")
     rss=$(maxof "$tmp/w${world}_${name}.rss")
     label=$name
@@ -66,6 +67,8 @@ for world in $WORLDS; do
       tessera_s*) label="Tessera ZeRO stage ${name#tessera_s}" ;;
       pytorch_ddp) label="PyTorch DDP (gloo)" ;;
       pytorch_zero1) label="PyTorch ZeroRedundancyOptimizer" ;;
+      pytorch_fsdp2) label="PyTorch FSDP2 (fully_shard)" ;;
+      pytorch_ds*) label="DeepSpeed ZeRO stage ${name#pytorch_ds} (CPU, gloo)" ;;
     esac
     ratio=$(awk -v a="$ms" -v b="$base" 'BEGIN { printf "%.2fx", a / b }')
     echo "| $world | $label | $ms | $ratio | $rss |"

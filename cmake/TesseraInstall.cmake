@@ -73,7 +73,9 @@ foreach(dir ${TORCH_INCLUDE_DIRS})
   string(APPEND TESSERA_PC_TORCH_CFLAGS " -I${dir}")
 endforeach()
 get_filename_component(TESSERA_PC_TORCH_LIBDIR ${TORCH_LIBRARY} DIRECTORY)
-set(TESSERA_PC_TORCH_LIBS "-L${TESSERA_PC_TORCH_LIBDIR} -ltorch -ltorch_cpu -lc10")
+# LibTorch 2.x has no system location: the rpath lets programs find it at run time.
+set(TESSERA_PC_TORCH_LIBS
+    "-L${TESSERA_PC_TORCH_LIBDIR} -Wl,-rpath,${TESSERA_PC_TORCH_LIBDIR} -ltorch -ltorch_cpu -lc10")
 file(RELATIVE_PATH TESSERA_PC_PREFIX_FROM_PC ${CMAKE_INSTALL_FULL_LIBDIR}/pkgconfig
      ${CMAKE_INSTALL_PREFIX})
 configure_file(${PROJECT_SOURCE_DIR}/cmake/tessera.pc.in ${CMAKE_BINARY_DIR}/package/tessera.pc @ONLY)

@@ -1,7 +1,11 @@
 # `cpack -G DEB` in the build directory: a Debian package of what `cmake --install`
 # installs, into /usr, with the Debian packages it needs declared as dependencies
-# (LibTorch and the headers a user's build includes, the BLAS the models call, and
-# the backends this build was made with). scripts/check-deb-package.sh builds it,
+# (the headers a user's build includes, the BLAS the models call, and the backends
+# this build was made with). LibTorch 2.x is no Debian package: the binaries find
+# the LibTorch they were built against at its path (the install RPATH carries it),
+# so the package serves machines set up alike (scripts/install-deps.sh puts
+# PyTorch 2.11 under /opt/tessera-deps); docs/install.md says so. Gloo is inside
+# the Gloo backend library. scripts/check-deb-package.sh builds it,
 # installs it with apt-get and builds examples/ddp_mlp against it.
 set(CPACK_PACKAGE_NAME tessera)
 set(CPACK_PACKAGE_VENDOR "Tessera")
@@ -14,11 +18,8 @@ set(CPACK_DEBIAN_PACKAGE_MAINTAINER "Tessera developers <tessera@localhost>")
 set(CPACK_DEBIAN_PACKAGE_SECTION libdevel)
 # libprotobuf32: Debian 12's runtime of the protobuf the runtime layer writes
 # TensorBoard files with.
-set(tessera_deb_depends "libtorch-dev" "nlohmann-json3-dev" "libopenblas0-pthread | libblas3"
+set(tessera_deb_depends "nlohmann-json3-dev" "libopenblas0-pthread | libblas3"
   "zlib1g" "libprotobuf32")
-if(TESSERA_WITH_GLOO)
-  list(APPEND tessera_deb_depends "libgloo-dev")
-endif()
 if(TESSERA_WITH_MPI)
   list(APPEND tessera_deb_depends "libopenmpi-dev" "openmpi-bin")
 endif()

@@ -74,7 +74,7 @@ function(tessera_test name)
   endif()
   add_test(NAME ${name} COMMAND ${name})
   set_tests_properties(${name} PROPERTIES LABELS "${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT}
-    ENVIRONMENT "TESSERA_BIN=$<TARGET_FILE:tessera>;TESSERA_BUILD_DIR=${CMAKE_BINARY_DIR};TESSERA_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
+    ENVIRONMENT "TESSERA_BIN=$<TARGET_FILE:tessera>;TESSERA_BUILD_DIR=${CMAKE_BINARY_DIR};TESSERA_SOURCE_DIR=${PROJECT_SOURCE_DIR};TESSERA_PYTHON=${TESSERA_PYTHON}")
   # No build dependency on the `tessera` binary: tests that drive it run after a
   # full build (make test); a unit-test binary must not wait for every layer.
 endfunction()

@@ -1,19 +1,39 @@
 #!/usr/bin/env bash
-# Installs every Debian 12 package Tessera needs to build, test, benchmark and run.
-# Idempotent: packages already installed are skipped, and apt is not touched at all
-# when nothing is missing. Run as root (or with sudo available).
+# Installs everything Tessera needs to build, test, benchmark and run, on Debian 12:
+#   1. Debian packages (compilers, Open MPI, GoogleTest, protobuf, ...);
+#   2. LibTorch 2.x: PyTorch 2.11.0 from the Python package registry, whose wheel
+#      carries the full LibTorch (headers, libraries, share/cmake/Torch), in a virtual
+#      environment under $TESSERA_DEPS (default /opt/tessera-deps/venv). It is the CUDA
+#      13.0 build (the GPU machines run 2.11.0 + CUDA 13.0); where /usr/local/cuda holds
+#      a CUDA 13 toolkit, its libraries serve LibTorch at run time and only the three
+#      libraries the toolkit lacks come from the registry (about 760 MB instead of 3 GB);
+#   3. Gloo, built from Debian's source package (trixie's, gloo of 2023-12-02: a
+#      deb-src line only, no binary package comes from there) as a static, position-independent
+#      library under $TESSERA_DEPS/gloo: Tessera's Gloo backend links it with every
+#      gloo symbol kept local, so it never meets the Gloo inside libtorch_cpu.so.
+# Idempotent: each part is skipped when present. Run as root (or with sudo available).
+# Prints the prefix CMake needs on its last line when called with --print-prefix.
 set -euo pipefail
 
+TESSERA_DEPS=${TESSERA_DEPS:-/opt/tessera-deps}
+TORCH_VERSION=2.11.0
+VENV=$TESSERA_DEPS/venv
+GLOO_PREFIX=$TESSERA_DEPS/gloo
+
+if [ "${1:-}" = "--print-prefix" ]; then
+  # CMAKE_PREFIX_PATH for a build against the installed LibTorch and Gloo.
+  echo "$("$VENV/bin/python" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)');$GLOO_PREFIX"
+  exit 0
+fi
+
 PACKAGES=(
-  build-essential cmake ninja-build ccache pkg-config git
-  libtorch-dev                 # LibTorch (CPU) with c10d headers
-  libopenblas0-pthread         # without it LibTorch falls back to reference BLAS (~15x slower)
-  libgloo-dev                  # Gloo collectives (TCP transport)
+  build-essential cmake ninja-build ccache pkg-config git curl
+  python3-venv                 # the virtual environment that holds PyTorch 2.x / LibTorch 2.x
+  libopenblas0-pthread         # libblas.so.3 for models/ops' small GEMMs
   libopenmpi-dev openmpi-bin   # MPI backend and the MPI_Allreduce benchmark peer
   nlohmann-json3-dev libcli11-dev
   libgtest-dev libgmock-dev googletest
   libbenchmark-dev
-  python3-torch                # peer for side-by-side benchmarks (PyTorch DDP)
   liburing-dev                 # io_uring: direct, asynchronous I/O of the nvme offload
   zlib1g-dev                   # reads the gzip'd digits data
   libprotobuf-dev protobuf-compiler  # TensorBoard event files (runtime/monitor)
@@ -25,21 +45,107 @@ PACKAGES=(
   clang-14 libclang-rt-14-dev  # libFuzzer + sanitizers for the parser fuzz targets (tests/fuzz)
 )
 
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+
+# --- 1. Debian packages -------------------------------------------------------------
 missing=()
 for p in "${PACKAGES[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
     missing+=("$p")
   fi
 done
-
 if [ ${#missing[@]} -eq 0 ]; then
-  echo "install-deps: all ${#PACKAGES[@]} packages present"
-  exit 0
+  echo "install-deps: all ${#PACKAGES[@]} Debian packages present"
+else
+  echo "install-deps: installing ${missing[*]}"
+  $SUDO apt-get update -q
+  $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-echo "install-deps: installing ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -q
-$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+# --- 2. LibTorch 2.x (PyTorch from the registry) ---------------------------------------
+torch_ok() {
+  [ -x "$VENV/bin/python" ] && [ -f "$VENV/.tessera-torch-$TORCH_VERSION" ]
+}
+if torch_ok; then
+  echo "install-deps: PyTorch $TORCH_VERSION present in $VENV"
+else
+  echo "install-deps: installing PyTorch $TORCH_VERSION (LibTorch 2.x, CUDA 13.0) into $VENV"
+  $SUDO mkdir -p "$TESSERA_DEPS"
+  # Debian's python3 with its site packages visible: numpy, protobuf and the digits
+  # data of python3-sklearn serve the Python checks as they are.
+  $SUDO /usr/bin/python3 -m venv --system-site-packages "$VENV"
+  PIP=("$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-input)
+  cuda_libs=/usr/local/cuda/lib64
+  if [ -e "$cuda_libs/libcudart.so.13" ] && [ -e "$cuda_libs/libcublas.so.13" ] \
+     && [ -e "$cuda_libs/libcudnn.so.9" ] && [ -e "$cuda_libs/libnccl.so.2" ]; then
+    # The toolkit serves cudart, cuBLAS, cuDNN, NCCL, cuFFT, cuRAND, cuSOLVER, cuSPARSE,
+    # CUPTI and NVRTC (ld.so finds /usr/local/cuda's lib64); the wheel's other needs
+    # (readelf -d torch/lib/*.so) are cuSPARSELt, NVSHMEM and cuFile.
+    $SUDO "${PIP[@]}" --no-deps "torch==$TORCH_VERSION"
+    $SUDO "${PIP[@]}" --no-deps nvidia-cusparselt-cu13==0.8.0 nvidia-nvshmem-cu13==3.4.5 \
+      nvidia-cufile==1.15.1.6
+    $SUDO "${PIP[@]}" filelock "typing-extensions>=4.10.0" "sympy>=1.13.3" "networkx>=2.5.1" \
+      jinja2 "fsspec>=0.8.5" pyyaml
+  else
+    # No CUDA 13 toolkit here: the wheel's own CUDA libraries come with it.
+    $SUDO "${PIP[@]}" "torch==$TORCH_VERSION" pyyaml
+  fi
+  "$VENV/bin/python" -c "import torch; print('install-deps: torch', torch.__version__, 'cuda', torch.version.cuda)"
+  $SUDO touch "$VENV/.tessera-torch-$TORCH_VERSION"
+fi
+
+# --- 2b. DeepSpeed, a ZeRO peer of bench/zero_vs_pytorch.sh ----------------------------
+# Trains on CPU over gloo (DS_ACCELERATOR=cpu). --no-deps: its own requirements
+# would replace the pinned torch with the newest one.
+if [ -f "$VENV/.tessera-deepspeed-0.19.8" ]; then
+  echo "install-deps: DeepSpeed 0.19.8 present in $VENV"
+else
+  $SUDO "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-input --no-deps \
+    deepspeed==0.19.8 hjson msgpack ninja psutil py-cpuinfo "pydantic>=2" pydantic-core \
+    annotated-types typing-inspection einops tqdm packaging
+  $SUDO touch "$VENV/.tessera-deepspeed-0.19.8"
+fi
+
+# --- 3. Gloo, static and private to Tessera's backend ----------------------------------
+if [ -f "$GLOO_PREFIX/lib/libgloo.a" ]; then
+  echo "install-deps: static Gloo present in $GLOO_PREFIX"
+else
+  echo "install-deps: building Gloo (Debian source package) as a static library into $GLOO_PREFIX"
+  # A deb-src line for trixie on the archive this machine already uses (source only:
+  # no binary package comes from there). The tarball is fetched from the URI apt
+  # prints and checked against the SHA256 of apt's signed source index.
+  if ! apt-get source --print-uris gloo 2>/dev/null | grep -q 'git2023'; then
+    archive=$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
+    if [ -z "$archive" ]; then
+      archive=$(awk '$1 == "deb" && $3 == "bookworm" {print $2; exit}' /etc/apt/sources.list)
+    fi
+    printf 'Types: deb-src\nURIs: %s\nSuites: trixie\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
+      "$archive" | $SUDO tee /etc/apt/sources.list.d/tessera-gloo-src.sources >/dev/null
+    $SUDO apt-get update -q
+  fi
+  work=$(mktemp -d)
+  line=$(apt-get source --print-uris gloo | grep "orig.tar" | head -1)
+  uri=$(echo "$line" | awk '{print $1}' | tr -d "'")
+  tarball=$(echo "$line" | awk '{print $2}')
+  sha=$(echo "$line" | awk '{print $4}' | sed 's/^SHA256://')
+  curl -fsSL -o "$work/$tarball" "$uri"
+  echo "$sha  $work/$tarball" | sha256sum -c --quiet -
+  mkdir "$work/src"
+  tar -xf "$work/$tarball" -C "$work/src"
+  src=$work/src
+  # Upstream tarballs of other versions wrap the tree in one folder.
+  if [ ! -f "$src/CMakeLists.txt" ]; then src=$(find "$src" -mindepth 1 -maxdepth 1 -type d | head -1); fi
+  # Hidden visibility: the archive's symbols can only ever bind inside the library
+  # that links it; -fPIC: that library is shared.
+  cmake -S "$src" -B "$work/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DBUILD_SHARED_LIBS=OFF -DCMAKE_POSITION_INDEPENDENT_CODE=ON \
+    -DCMAKE_CXX_FLAGS="-fvisibility=hidden -fvisibility-inlines-hidden" \
+    -DUSE_REDIS=OFF -DUSE_IBVERBS=OFF -DUSE_MPI=OFF -DUSE_CUDA=OFF -DUSE_LIBUV=OFF \
+    -DBUILD_TEST=OFF -DBUILD_BENCHMARK=OFF -DCMAKE_INSTALL_PREFIX="$GLOO_PREFIX" -Wno-dev >/dev/null
+  cmake --build "$work/build" -j "$(nproc)" >/dev/null
+  $SUDO cmake --install "$work/build" >/dev/null
+  rm -rf "$work"
+  echo "install-deps: Gloo installed in $GLOO_PREFIX"
+fi

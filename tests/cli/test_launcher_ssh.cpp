@@ -161,7 +161,7 @@ class SshLauncher : public ::testing::Test {
     auto r = run_command(
         bin + " ckpt consolidate " + a.string() + " " + (dir_ / "a.pt").string() + " && " + bin +
             " ckpt consolidate " + b.string() + " " + (dir_ / "b.pt").string() +
-            " && /usr/bin/python3 -c \"import torch; a=torch.load('" + (dir_ / "a.pt").string() +
+            " && " + tessera::testing::python_bin() + " -c \"import torch; a=torch.load('" + (dir_ / "a.pt").string() +
             "'); b=torch.load('" + (dir_ / "b.pt").string() +
             "'); assert a.keys()==b.keys(); print('worst', max(float((a[k].double()-b[k].double())"
             ".abs().max()) for k in a))\" 2>&1",

@@ -220,13 +220,13 @@ int free_port() {
 // MASTER_PORT and sets TORCHELASTIC_USE_AGENT_STORE=True. Workers must join that
 // store as clients (binding MASTER_PORT again would fail) and run collectives.
 TEST(TorchrunAgentStore, WorkersJoinThePythonHostedStoreAsClients) {
-  if (testing::run_command("/usr/bin/python3 -c 'import torch.distributed'", 60).exit_code != 0) {
-    GTEST_SKIP() << "python3-torch is not installed";
+  if (testing::run_command(tessera::testing::python_bin() + " -c 'import torch.distributed'", 60).exit_code != 0) {
+    GTEST_SKIP() << "TESSERA_PYTHON cannot import torch (scripts/install-deps.sh installs it)";
   }
   int port = free_port();
   std::string p = std::to_string(port);
   std::string server =
-      "/usr/bin/python3 -c \"import datetime,time,torch.distributed as d; "
+      tessera::testing::python_bin() + " -c \"import datetime,time,torch.distributed as d; "
       "s=d.TCPStore('127.0.0.1'," + p + ",None,True,datetime.timedelta(seconds=60),False); "
       "time.sleep(40)\" & SERVER=$!; sleep 2; ";
   std::string worker_env = "TORCHELASTIC_USE_AGENT_STORE=True TORCHELASTIC_RUN_ID=t "

@@ -128,7 +128,7 @@ TEST(C10dStore, JoinsAPythonTorchDistributedServer) {
   std::ofstream(script) << kPythonAgent;
   std::remove(port_file.c_str());
   auto agent = std::async(std::launch::async, [&] {
-    return testing::run_command("/usr/bin/python3 " + script + " " + port_file, 60);
+    return testing::run_command(tessera::testing::python_bin() + " " + script + " " + port_file, 60);
   });
   int port = 0;
   Deadline deadline(45);

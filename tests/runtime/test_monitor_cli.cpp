@@ -121,7 +121,7 @@ TEST(MonitorCli, TensorBoardAndCsvMatchMetricsOfATwoRankRun) {
   const char* src = std::getenv("TESSERA_SOURCE_DIR");
   ASSERT_NE(src, nullptr) << "run through ctest (it sets TESSERA_SOURCE_DIR)";
   const auto py = run_command(
-      "for p in /usr/bin/python3 python3; do $p -c 'import google.protobuf' 2>/dev/null && exec "
+      "for p in " + tessera::testing::python_bin() + " python3; do $p -c 'import google.protobuf' 2>/dev/null && exec "
       "$p " +
           std::string(src) + "/tests/runtime/read_tfevents.py " + event_files[0].string() +
           "; done; exit 77",

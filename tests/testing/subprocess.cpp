@@ -63,6 +63,11 @@ std::string tessera_bin() {
   return bin;
 }
 
+std::string python_bin() {
+  const char* python = std::getenv("TESSERA_PYTHON");
+  return python != nullptr && *python != '\0' ? python : "python3";
+}
+
 int count_processes(const std::string& needle) {
   int count = 0;
   DIR* proc = opendir("/proc");

@@ -18,6 +18,10 @@ CommandResult run_command(const std::string& command_line, double timeout_second
 // Path of the built `tessera` binary (TESSERA_BIN, set by CTest).
 std::string tessera_bin();
 
+// The Python with PyTorch 2.x the Python checks run (TESSERA_PYTHON, set by CTest
+// from CMake's TESSERA_PYTHON: the virtual environment scripts/install-deps.sh made).
+std::string python_bin();
+
 // Number of live processes whose command line contains `needle` (for orphan checks).
 int count_processes(const std::string& needle);
 

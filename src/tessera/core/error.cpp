@@ -11,9 +11,8 @@ thread_local int t_rank = -1;
 thread_local int t_world = -1;
 }  // namespace
 
-// c10::Error's (msg, backtrace) constructor skips the costly backtrace capture. The
-// backtrace is a std::string in LibTorch 1.13 and a lazy pointer in 2.x: "{}" is an
-// empty one in both.
+// c10::Error's (msg, backtrace) constructor skips the costly backtrace capture: "{}"
+// is an empty (lazy) backtrace.
 Error::Error(const std::string& msg) : c10::Error(rank_prefix() + msg, {}), bare_(msg) {}
 
 void set_rank_context(int rank, int world_size) {

@@ -336,7 +336,7 @@ void Engine::backward(const at::Tensor& loss) {
 std::vector<at::Tensor> Engine::optimizer_gradients() {
   std::vector<at::Tensor> grads;
   // param_groups(), not the deprecated Optimizer::parameters(), which logs a
-  // warning on every call in LibTorch 1.13.
+  // warning on every call.
   for (auto& group : optimizer_->param_groups()) {
     for (auto& p : group.params()) {
       if (p.grad().defined()) grads.push_back(p.grad());

@@ -23,9 +23,8 @@ namespace {
 
 using checkpoint::NamedTensors;
 
-std::string state_key(const at::Tensor& p) {
-  return c10::guts::to_string(p.unsafeGetTensorImpl());
-}
+// LibTorch 2.x keys torch::optim state by the parameter's TensorImpl address.
+void* state_key(const at::Tensor& p) { return p.unsafeGetTensorImpl(); }
 
 at::Tensor step_tensor(int64_t step) { return at::scalar_tensor(step, at::kLong); }
 

@@ -49,7 +49,7 @@ checkpoint::NamedTensors optimizer_state(torch::optim::Optimizer& optimizer,
 // The state read for every parameter (null: no step taken), validated and
 // copied, but not installed yet.
 struct StagedOptimizerState {
-  std::vector<std::string> keys;  // the optimizer's state keys, one per parameter
+  std::vector<void*> keys;  // the optimizer's state keys (TensorImpl addresses), one per parameter
   std::vector<std::unique_ptr<torch::optim::OptimizerParamState>> states;
   std::string archive;  // for optimizers stored whole (see above)
 };

@@ -8,7 +8,11 @@
 #include "tessera/config.h"
 #include "tessera/core/env.h"
 #include "tessera/core/error.h"
+#include "tessera/core/platform_info.h"
 #include "tessera/runtime/profiling/peak_flops.h"
+#if TESSERA_WITH_NCCL
+#include "tessera/comm/nccl/nccl_version.h"
+#endif
 
 namespace tessera::cli {
 namespace {
@@ -33,12 +37,33 @@ void record_peak_flops() {
   }
 }
 
+// LibTorch, CUDA, NCCL and the GPUs: what this build can run on here.
+void print_platform() {
+  std::printf("\nLibTorch %s, %s\n", platform::torch_version().c_str(),
+              platform::built_with_cuda() ? "with CUDA" : "CPU only");
+  if (platform::built_with_cuda()) {
+    std::printf("CUDA runtime %s", platform::cuda_runtime_version().c_str());
+#if TESSERA_WITH_NCCL
+    std::printf(", NCCL %s", comm::nccl_version().c_str());
+#endif
+    std::printf("\n");
+  }
+  const int gpus = platform::gpu_count();
+  if (gpus == 0) {
+    std::printf("GPUs: no GPU\n");
+  } else {
+    std::printf("GPUs: %d\n", gpus);
+  }
+}
+
 }  // namespace
 
 int doctor_command(const Args& args) {
   std::printf("tessera %s\n\nbackends:", TESSERA_VERSION);
   for (const auto& b : comm::available_backends()) std::printf(" %s", b.c_str());
-  std::printf("\n\nenvironment variables read:\n");
+  std::printf("\n");
+  print_platform();
+  std::printf("\nenvironment variables read:\n");
   for (const auto& v : env::registry()) {
     auto value = env::get(v.name);
     std::printf("  %-30s %-14s %s\n", v.name, value ? value->c_str() : "(unset)", v.description);

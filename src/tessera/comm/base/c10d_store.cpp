@@ -48,8 +48,8 @@ void C10dStore::connect() {
   opts.isServer = false;  // the agent owns the port; we must never bind it
   opts.waitWorkers = false;
   opts.timeout = timeout_;
-  // c10d 1.13 rounds its connect timeout down to whole seconds (a sub-second
-  // timeout gives up at once), so we retry ourselves until our own deadline.
+  // c10d's client gives up on its first refused connect within a short timeout,
+  // so we retry ourselves until our own deadline.
   Deadline deadline(std::min<int64_t>(timeout_.count(), int64_t{1} << 40) / 1000.0);
   while (true) {
     try {
