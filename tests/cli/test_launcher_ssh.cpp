@@ -162,8 +162,8 @@ class SshLauncher : public ::testing::Test {
         bin + " ckpt consolidate " + a.string() + " " + (dir_ / "a.pt").string() + " && " + bin +
             " ckpt consolidate " + b.string() + " " + (dir_ / "b.pt").string() +
             " && " + tessera::testing::python_bin() + " -c \"import torch; a=torch.load('" + (dir_ / "a.pt").string() +
-            "'); b=torch.load('" + (dir_ / "b.pt").string() +
-            "'); assert a.keys()==b.keys(); print('worst', max(float((a[k].double()-b[k].double())"
+            "', weights_only=False); b=torch.load('" + (dir_ / "b.pt").string() +
+            "', weights_only=False); assert a.keys()==b.keys(); print('worst', max(float((a[k].double()-b[k].double())"
             ".abs().max()) for k in a))\" 2>&1",
         120);
     EXPECT_EQ(r.exit_code, 0) << r.output;

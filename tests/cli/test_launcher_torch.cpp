@@ -49,7 +49,7 @@ TEST(LauncherTorch, TorchrunStartsTesseraWorkers) {
   const std::string m = unique_marker("torchrun");
   // --master-port 0 is not torchrun's: pick a port from the pid, away from others.
   const std::string port = std::to_string(29000 + (getpid() % 900));
-  auto r = run_command("TESSERA_BACKEND=gloo " + torchrun + " --nproc-per-node 2 --master-port " +
+  auto r = run_command("TESSERA_BACKEND=gloo " + torchrun + " --nproc-per-node 2 --no-python --master-port " +
                            port + " " + tessera_bin() +
                            " bench --op all_reduce --min-bytes 4K --max-bytes 64K --iters 3 --json /tmp/" + m +
                            ".json 2>&1; rc=$?; rm -f /tmp/" + m + ".json; exit $rc",

@@ -74,9 +74,18 @@ TEST(HostMemory, CachedPolicyStopsPerStepPageFaults) {
   // glibc's dynamic thresholds keep some steps' memory, so ask for a quarter.
   // With the cache the heap stops growing after a few steps; allow a late
   // straggler or two, but not a tenth of the default case.
-  EXPECT_GT(defaults, 51200) << "page faults with glibc defaults (the scenario should fault)";
-  EXPECT_LT(cached * 10, defaults) << "page faults: " << cached << " with the cache on, "
-                                   << defaults << " with glibc defaults";
+  // With the cache the heap keeps its working size: a tenth of one step's pages
+  // at most over ten steps.
+  EXPECT_LT(cached, 2048) << "page faults with the cache on";
+  if (defaults > 51200) {
+    EXPECT_LT(cached * 10, defaults) << "page faults: " << cached << " with the cache on, "
+                                     << defaults << " with glibc defaults";
+  } else {
+    // With LibTorch 2.11 a live allocation stays above the freed activations
+    // (malloc_stats: 63 MB still in use after every tensor is freed), so glibc
+    // cannot trim the heap and this pattern stops faulting under the defaults too.
+    std::printf("[host memory] glibc defaults did not fault here: the heap top is pinned\n");
+  }
 }
 
 TEST(HostMemory, DisabledPolicySaysSo) {

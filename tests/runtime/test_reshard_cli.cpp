@@ -126,7 +126,7 @@ TEST_F(ReshardCli, Stage3AtFourRanksResumesAtTwoAndOneAndConsolidatesForTorchLoa
   // Python reads it into a dict of name -> tensor.
   auto py = run_command(
       tessera::testing::python_bin() + " -c \"import torch; sd = torch.load('" + pt.string() +
-          "'); w = {k: v for k, v in sd.items() if not k.startswith('optim.')}; "
+          "', weights_only=False); w = {k: v for k, v in sd.items() if not k.startswith('optim.')}; "
           "print('python', type(sd).__name__, len(w), len(sd) - len(w), "
           "'%.9g' % sum(float(v.double().sum()) for v in w.values()), "
           "tuple(sd['wte.weight'].shape), sd['wte.weight'].dtype)\" 2>&1",
