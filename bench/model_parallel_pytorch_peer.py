@@ -18,15 +18,16 @@ Prints from rank 0:  median_step_ms <x> peak_rss_mb <max over ranks>
 Usage: model_parallel_pytorch_peer.py MODE WORLD STEPS PORT LAYERS EMBD [GLOBAL MICRO]"""
 import math
 import os
-import resource
 import sys
-import time
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn as nn
 import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import peer_timing  # noqa: E402
 
 MODE, WORLD, STEPS, PORT = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 N_LAYER, N_EMBD = int(sys.argv[5]), int(sys.argv[6])
@@ -142,20 +143,7 @@ def worker(rank):
     dist.init_process_group("gloo", rank=rank, world_size=WORLD)
     torch.manual_seed(0)
     step = tp_step_fn(rank) if MODE == "tp" else pp_step_fn(rank)
-    warmup = 1
-    times = []
-    for i in range(warmup + STEPS):
-        dist.barrier()
-        t0 = time.perf_counter()
-        step()
-        if i >= warmup:
-            times.append((time.perf_counter() - t0) * 1e3)
-    times.sort()
-    rss = torch.tensor([resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0])
-    dist.all_reduce(rss, op=dist.ReduceOp.MAX)
-    if rank == 0:
-        print(f"median_step_ms {times[len(times) // 2]:.1f} peak_rss_mb {rss.item():.0f}", flush=True)
-    dist.destroy_process_group()
+    peer_timing.measure(rank, step, STEPS, warmup=1, barrier=True)
 
 
 if __name__ == "__main__":

@@ -8,9 +8,7 @@ One thread per rank, fixed random tokens. Prints from rank 0:
   median_step_ms <x> peak_rss_mb <max over ranks>
 Usage: zero_pytorch_peer.py MODE WORLD STEPS PORT LAYERS EMBD BATCH [SEQ]"""
 import os
-import resource
 import sys
-import time
 
 import torch
 import torch.distributed as dist
@@ -19,6 +17,7 @@ import torch.nn as nn
 from torch.distributed.optim import ZeroRedundancyOptimizer
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import peer_timing  # noqa: E402
 from torch_gpt import GPT  # noqa: E402
 
 MODE, WORLD, STEPS, PORT = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
@@ -77,19 +76,7 @@ def worker(rank):
 
 
 def measure(rank, step):
-    warmup = 2 if STEPS > 3 else 0
-    times = []
-    for i in range(warmup + STEPS):
-        t0 = time.perf_counter()
-        step()
-        if i >= warmup:
-            times.append((time.perf_counter() - t0) * 1e3)
-    times.sort()
-    rss = torch.tensor([resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0])
-    dist.all_reduce(rss, op=dist.ReduceOp.MAX)
-    if rank == 0:
-        print(f"median_step_ms {times[len(times) // 2]:.1f} peak_rss_mb {rss.item():.0f}", flush=True)
-    dist.destroy_process_group()
+    peer_timing.measure(rank, step, STEPS, warmup=2 if STEPS > 3 else 0)
 
 
 if __name__ == "__main__":
