@@ -27,7 +27,7 @@ N_HEAD = N_EMBD // 64 if N_EMBD % 64 == 0 else 4
 VOCAB = 256
 
 
-def deepspeed_step_fn(rank, x, y):
+def deepspeed_step_fn(x, y):
     import deepspeed
     model = GPT(N_LAYER, N_HEAD, N_EMBD, BLOCK, VOCAB)
     cfg = {"train_batch_size": BATCH * WORLD, "train_micro_batch_size_per_gpu": BATCH,
@@ -47,11 +47,11 @@ def worker(rank):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(PORT), RANK=str(rank),
                       LOCAL_RANK=str(rank), WORLD_SIZE=str(WORLD), LOCAL_WORLD_SIZE=str(WORLD))
     dist.init_process_group("gloo", rank=rank, world_size=WORLD)
+    g = torch.Generator().manual_seed(rank)
+    tokens = torch.randint(VOCAB, (BATCH, BLOCK + 1), generator=g)
+    x, y = tokens[:, :-1], tokens[:, 1:]
     if MODE.startswith("ds"):
-        g = torch.Generator().manual_seed(rank)
-        tokens = torch.randint(VOCAB, (BATCH, BLOCK + 1), generator=g)
-        step = deepspeed_step_fn(rank, tokens[:, :-1], tokens[:, 1:])
-        return measure(rank, step)
+        return measure(rank, deepspeed_step_fn(x, y))
     if MODE == "fsdp2":
         from torch.distributed.fsdp import fully_shard
         model = GPT(N_LAYER, N_HEAD, N_EMBD, BLOCK, VOCAB)
@@ -64,9 +64,6 @@ def worker(rank):
         opt = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.AdamW, lr=1e-4)
     else:
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    g = torch.Generator().manual_seed(rank)
-    tokens = torch.randint(VOCAB, (BATCH, BLOCK + 1), generator=g)
-    x, y = tokens[:, :-1], tokens[:, 1:]
 
     def step():
         opt.zero_grad()

@@ -12,19 +12,12 @@
 #      library under $TESSERA_DEPS/gloo: Tessera's Gloo backend links it with every
 #      gloo symbol kept local, so it never meets the Gloo inside libtorch_cpu.so.
 # Idempotent: each part is skipped when present. Run as root (or with sudo available).
-# Prints the prefix CMake needs on its last line when called with --print-prefix.
 set -euo pipefail
 
 TESSERA_DEPS=${TESSERA_DEPS:-/opt/tessera-deps}
 TORCH_VERSION=2.11.0
 VENV=$TESSERA_DEPS/venv
 GLOO_PREFIX=$TESSERA_DEPS/gloo
-
-if [ "${1:-}" = "--print-prefix" ]; then
-  # CMAKE_PREFIX_PATH for a build against the installed LibTorch and Gloo.
-  echo "$("$VENV/bin/python" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)');$GLOO_PREFIX"
-  exit 0
-fi
 
 PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git curl
@@ -65,6 +58,7 @@ else
 fi
 
 # --- 2. LibTorch 2.x (PyTorch from the registry) ---------------------------------------
+PIP=("$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-input)
 torch_ok() {
   [ -x "$VENV/bin/python" ] && [ -f "$VENV/.tessera-torch-$TORCH_VERSION" ]
 }
@@ -76,7 +70,6 @@ else
   # Debian's python3 with its site packages visible: numpy, protobuf and the digits
   # data of python3-sklearn serve the Python checks as they are.
   $SUDO /usr/bin/python3 -m venv --system-site-packages "$VENV"
-  PIP=("$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-input)
   cuda_libs=/usr/local/cuda/lib64
   if [ -e "$cuda_libs/libcudart.so.13" ] && [ -e "$cuda_libs/libcublas.so.13" ] \
      && [ -e "$cuda_libs/libcudnn.so.9" ] && [ -e "$cuda_libs/libnccl.so.2" ]; then
@@ -102,8 +95,7 @@ fi
 if [ -f "$VENV/.tessera-deepspeed-0.19.8" ]; then
   echo "install-deps: DeepSpeed 0.19.8 present in $VENV"
 else
-  $SUDO "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-input --no-deps \
-    deepspeed==0.19.8 hjson msgpack ninja psutil py-cpuinfo "pydantic>=2" pydantic-core \
+  $SUDO "${PIP[@]}" --no-deps deepspeed==0.19.8 hjson msgpack ninja psutil py-cpuinfo "pydantic>=2" pydantic-core \
     annotated-types typing-inspection einops tqdm packaging
   $SUDO touch "$VENV/.tessera-deepspeed-0.19.8"
 fi

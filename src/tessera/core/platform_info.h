@@ -1,9 +1,9 @@
 // What this process runs on: the LibTorch it was built against, whether that
 // LibTorch and this build have CUDA, the CUDA runtime's version, and the GPUs the
-// driver shows. Used by `tessera doctor` and by tests that skip without a GPU.
+// driver shows. Used by `tessera doctor`.
 //
 // Every function is safe on a machine with no GPU and no driver (the CUDA build
-// included): it reports "none" instead of loading anything that needs a driver.
+// included): it returns "" or 0 instead of needing the driver.
 // Thread safety: all functions may be called from any thread.
 #pragma once
 
