@@ -46,6 +46,14 @@ function(tessera_library name)
                                            VERSION ${PROJECT_VERSION}
                                            SOVERSION ${PROJECT_VERSION_MAJOR}.${PROJECT_VERSION_MINOR})
   add_library(Tessera::${export_name} ALIAS ${name})
+  if(TESSERA_UNITY_BUILD)
+    # Files with their own flags or include folders set SKIP_UNITY_BUILD_INCLUSION.
+    set_target_properties(${name} PROPERTIES UNITY_BUILD ON
+                                             UNITY_BUILD_BATCH_SIZE ${TESSERA_UNITY_BATCH_SIZE})
+    # A class with a member from a file-local (anonymous namespace) type is fine in
+    # its own file; GCC warns once the file is #included into a batch.
+    target_compile_options(${name} PRIVATE -Wno-subobject-linkage)
+  endif()
   target_link_libraries(${name} PUBLIC ${ARG_DEPS})
   if(ARG_TORCH)
     tessera_target_defaults(${name} TORCH)

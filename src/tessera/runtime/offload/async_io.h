@@ -32,6 +32,9 @@ namespace tessera::runtime::offload {
 // every disk in common use; 4 KiB also covers 4Kn drives).
 inline constexpr int64_t kIoAlignment = 4096;
 
+// `n` rounded up to a multiple of `to` (> 0): O_DIRECT lengths and offsets.
+inline constexpr int64_t round_up(int64_t n, int64_t to) { return (n + to - 1) / to * to; }
+
 struct AsyncIoOptions {
   int64_t block_size = 1 << 20;  // bytes per request to the kernel
   int queue_depth = 8;           // requests in flight at once

@@ -14,8 +14,6 @@ namespace {
 // Pieces start at offsets aligned for O_DIRECT whatever the element size.
 constexpr int64_t kPieceAlignment = kIoAlignment;
 
-int64_t round_up(int64_t n, int64_t to) { return (n + to - 1) / to * to; }
-
 int64_t file_bytes(const UnitSwapFiles& u) {
   return u.numel * static_cast<int64_t>(c10::elementSize(u.dtype));
 }

@@ -16,11 +16,6 @@
 #include "tessera/runtime/offload/aligned_buffer.h"
 
 namespace tessera::runtime::offload {
-namespace {
-
-int64_t round_up(int64_t n, int64_t to) { return (n + to - 1) / to * to; }
-
-}  // namespace
 
 SwapFile::SwapFile(std::string path, int64_t bytes)
     : path_(std::move(path)), bytes_(bytes), allocated_(round_up(std::max<int64_t>(bytes, 1), kIoAlignment)) {
