@@ -2,7 +2,7 @@
 src/tessera/models/gpt.h (pre-LN blocks, causal mask rebuilt per call, 4x GELU MLP, tied
 head), the same per-rank batch, gloo, one thread per rank. Prints
 "median_step_ms <x>" from rank 0. Usage: ddp_pytorch_peer.py WORLD STEPS PORT
-[LAYERS BATCH] (WORLD 1: a plain single process without DDP)."""
+[LAYERS BATCH] (WORLD 1: a plain single process without DDP; PORT 0: a free one)."""
 import math
 import os
 import sys
@@ -10,9 +10,11 @@ import time
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 import torch.nn as nn
 import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import peer_timing  # noqa: E402
 
 N_HEAD, N_EMBD, BLOCK, VOCAB = 4, 128, 64, 256
 # Layers and per-rank batch: argv[4], argv[5] (default 4 and 8), as ddp_vs_pytorch.cpp.
@@ -64,12 +66,11 @@ class GPT(nn.Module):
         return F.cross_entropy(logits.view(-1, VOCAB), targets.view(-1))
 
 
-def worker(rank, world, steps, port):
+def worker(rank, port, world, steps):
     torch.set_num_threads(1)
     model = GPT()
     if world > 1:
-        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-        dist.init_process_group("gloo", rank=rank, world_size=world)
+        peer_timing.init_gloo(rank, world, port)
         model = nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     g = torch.Generator().manual_seed(rank)
@@ -93,6 +94,6 @@ def worker(rank, world, steps, port):
 if __name__ == "__main__":
     world, steps, port = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
     if world == 1:
-        worker(0, 1, steps, port)
+        worker(0, port, 1, steps)
     else:
-        mp.spawn(worker, args=(world, steps, port), nprocs=world)
+        peer_timing.spawn(worker, world, port, world, steps)

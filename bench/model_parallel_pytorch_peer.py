@@ -15,14 +15,14 @@ of MICRO), in one of two layouts:
 The attention's query, key and value are three Linear layers instead of one (the
 same parameters and FLOPs as c_attn), so that a column split keeps whole heads.
 Prints from rank 0:  median_step_ms <x> peak_rss_mb <max over ranks>
-Usage: model_parallel_pytorch_peer.py MODE WORLD STEPS PORT LAYERS EMBD [GLOBAL MICRO]"""
+Usage: model_parallel_pytorch_peer.py MODE WORLD STEPS PORT LAYERS EMBD [GLOBAL MICRO]
+(PORT 0: a free one)"""
 import math
 import os
 import sys
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 import torch.nn as nn
 import torch.nn.functional as F
 
@@ -137,10 +137,9 @@ def pp_step_fn(rank):
     return step
 
 
-def worker(rank):
+def worker(rank, port):
     torch.set_num_threads(1)
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(PORT))
-    dist.init_process_group("gloo", rank=rank, world_size=WORLD)
+    peer_timing.init_gloo(rank, WORLD, port)
     torch.manual_seed(0)
     step = tp_step_fn(rank) if MODE == "tp" else pp_step_fn(rank)
     peer_timing.measure(rank, step, STEPS, warmup=1, barrier=True)
@@ -149,4 +148,4 @@ def worker(rank):
 if __name__ == "__main__":
     if MODE not in ("tp", "pp"):
         sys.exit(f"mode must be tp or pp, not {MODE}")
-    mp.spawn(worker, nprocs=WORLD)
+    peer_timing.spawn(worker, WORLD, PORT)

@@ -17,6 +17,7 @@ LAYERS=${LAYERS:-8}
 EMBD=${EMBD:-512}
 STEPS=${STEPS:-3}
 WORLDS=${WORLDS:-"2 4"}
+RUN_TIMEOUT=${RUN_TIMEOUT:-900}   # seconds; a run past it counts as failed, the table goes on
 TESSERA="$BUILD_DIR/src/tessera/tessera"
 BENCH="$BUILD_DIR/bench/layout_bench"
 PY=${TESSERA_PYTHON:-/opt/tessera-deps/venv/bin/python}   # PyTorch 2.x (scripts/install-deps.sh)
@@ -27,25 +28,23 @@ for f in "$TESSERA" "$BENCH"; do
 done
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-port=29750
 for rep in $(seq "$REPS"); do
   for world in $WORLDS; do
     for kind in tp pp; do
       if [[ $kind == tp ]]; then args=("$world" 1 1 1f1b); else args=(1 "$world" 1 1f1b); fi
-      line=$("$TESSERA" run --master-port 0 -n "$world" "$BENCH" "${args[@]}" "$LAYERS" "$EMBD" "$STEPS" 0 2>&1 \
+      line=$(timeout "$RUN_TIMEOUT" "$TESSERA" run --master-port 0 -n "$world" "$BENCH" "${args[@]}" "$LAYERS" "$EMBD" "$STEPS" 0 2>&1 \
                | grep -o 'layout .*' || true)
       awk '{ for (i = 1; i < NF; ++i) if ($i == "step_ms") print $(i + 1) }' <<< "$line" >> "$tmp/$kind$world.tessera.ms"
       awk '{ for (i = 1; i < NF; ++i) if ($i == "rss_mb") print $(i + 1) }' <<< "$line" | tr ',' '\n' \
         | sort -n | tail -1 >> "$tmp/$kind$world.tessera.rss"
-      port=$((port + 1))
-      line=$("$PY" "$PEER" "$kind" "$world" "$STEPS" "$port" "$LAYERS" "$EMBD" 2>&1 | grep median_step_ms || true)
+      line=$(timeout "$RUN_TIMEOUT" "$PY" "$PEER" "$kind" "$world" "$STEPS" 0 "$LAYERS" "$EMBD" 2>&1 | grep median_step_ms || true)
       awk '{ print $2 }' <<< "$line" >> "$tmp/$kind$world.pytorch.ms"
       awk '{ print $4 }' <<< "$line" >> "$tmp/$kind$world.pytorch.rss"
     done
   done
 done
-median() { grep . "$1" | sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "failed"; else print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
-maxof() { grep . "$1" | sort -g | tail -1; }
+median() { { grep . "$1" || true; } | sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "failed"; else print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+maxof() { { grep . "$1" || true; } | sort -g | tail -1; }
 echo "GPT ${LAYERS}x${EMBD}, global batch 16 x 64 tokens, micro-batches of 2, AdamW, $(getconf _NPROCESSORS_ONLN) cores, median of $REPS runs x $STEPS steps"
 echo
 echo "| layout | Tessera step (ms) | PyTorch 2.x step (ms) | Tessera / PyTorch | Tessera peak RSS (MB) | PyTorch peak RSS (MB) |"

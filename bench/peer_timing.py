@@ -2,12 +2,39 @@
 times, then print from rank 0 the median step time and the largest peak RSS of any
 rank, in the line the bench scripts parse:
   median_step_ms <x> peak_rss_mb <max over ranks>
-and close the process group."""
+and close the process group; and the process-group start every peer shares: a free
+port chosen once by the parent, and a collective timeout, so a peer that loses a
+rank fails in minutes instead of hanging its benchmark script."""
+import datetime
+import os
 import resource
+import socket
 import time
 
 import torch
 import torch.distributed as dist
+
+
+def free_port():
+    """A TCP port nothing listens on now (the kernel's choice)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def init_gloo(rank, world, port, timeout_s=300):
+    """Joins the gloo process group at 127.0.0.1:port; collectives give up after timeout_s."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+                      LOCAL_RANK=str(rank), WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world))
+    dist.init_process_group("gloo", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=timeout_s))
+
+
+def spawn(worker, world, port, *args):
+    """Runs worker(rank, port, *args) in `world` processes; port 0 picks a free one here,
+    in the parent, so every child gets the same port."""
+    import torch.multiprocessing as mp
+    mp.spawn(worker, args=(port or free_port(),) + args, nprocs=world)
 
 
 def measure(rank, step, steps, warmup, barrier=False):

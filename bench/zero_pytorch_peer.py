@@ -6,13 +6,11 @@ PyTorch 2.x's ZeRO stage 3), or DeepSpeed's engine at ZeRO stage 1, 2 or 3 ("ds1
 "ds2", "ds3": DS_ACCELERATOR=cpu, gloo, its torch AdamW), when deepspeed imports.
 One thread per rank, fixed random tokens. Prints from rank 0:
   median_step_ms <x> peak_rss_mb <max over ranks>
-Usage: zero_pytorch_peer.py MODE WORLD STEPS PORT LAYERS EMBD BATCH [SEQ]"""
+Usage: zero_pytorch_peer.py MODE WORLD STEPS PORT LAYERS EMBD BATCH [SEQ]   (PORT 0: a free one)"""
 import os
 import sys
 
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
 import torch.nn as nn
 from torch.distributed.optim import ZeroRedundancyOptimizer
 
@@ -42,11 +40,9 @@ def deepspeed_step_fn(x, y):
     return step
 
 
-def worker(rank):
+def worker(rank, port):
     torch.set_num_threads(1)
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(PORT), RANK=str(rank),
-                      LOCAL_RANK=str(rank), WORLD_SIZE=str(WORLD), LOCAL_WORLD_SIZE=str(WORLD))
-    dist.init_process_group("gloo", rank=rank, world_size=WORLD)
+    peer_timing.init_gloo(rank, WORLD, port)
     g = torch.Generator().manual_seed(rank)
     tokens = torch.randint(VOCAB, (BATCH, BLOCK + 1), generator=g)
     x, y = tokens[:, :-1], tokens[:, 1:]
@@ -78,4 +74,4 @@ def measure(rank, step):
 
 if __name__ == "__main__":
     os.environ.setdefault("DS_ACCELERATOR", "cpu")
-    mp.spawn(worker, nprocs=WORLD)
+    peer_timing.spawn(worker, WORLD, PORT)

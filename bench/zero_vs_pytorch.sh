@@ -16,6 +16,7 @@ LAYERS=${LAYERS:-8}
 EMBD=${EMBD:-704}
 BATCH=${BATCH:-4}
 WORLDS=${WORLDS:-"2 4"}
+RUN_TIMEOUT=${RUN_TIMEOUT:-900}   # seconds; a run past it counts as failed, the table goes on
 TESSERA="$BUILD_DIR/src/tessera/tessera"
 BENCH="$BUILD_DIR/bench/zero_bench"
 PY=${TESSERA_PYTHON:-/opt/tessera-deps/venv/bin/python}   # PyTorch 2.x (scripts/install-deps.sh)
@@ -36,22 +37,20 @@ record() {  # record NAME: reads a result line on stdin
   params=$(echo "$line" | field params)
   [[ -z "$params" ]] || echo "$params" > "$tmp/params"
 }
-port=29700
 for rep in $(seq "$REPS"); do
   for world in $WORLDS; do
     for stage in 0 1 2 3; do
-      "$TESSERA" run --master-port 0 -n "$world" "$BENCH" "$stage" "$STEPS" "$LAYERS" "$EMBD" "$BATCH" 2>&1 \
-        | grep median_step_ms | record "w${world}_tessera_s${stage}"
+      timeout "$RUN_TIMEOUT" "$TESSERA" run --master-port 0 -n "$world" "$BENCH" "$stage" "$STEPS" "$LAYERS" "$EMBD" "$BATCH" 2>&1 \
+        | { grep median_step_ms || true; } | record "w${world}_tessera_s${stage}"
     done
     for mode in ddp zero1 fsdp2 ds1 ds3; do
-      port=$((port + 1))
-      "$PY" "$PEER" "$mode" "$world" "$STEPS" "$port" "$LAYERS" "$EMBD" "$BATCH" 2>&1 \
-        | grep median_step_ms | record "w${world}_pytorch_${mode}"
+      timeout "$RUN_TIMEOUT" "$PY" "$PEER" "$mode" "$world" "$STEPS" 0 "$LAYERS" "$EMBD" "$BATCH" 2>&1 \
+        | { grep median_step_ms || true; } | record "w${world}_pytorch_${mode}"
     done
   done
 done
-median() { sort -g "$1" | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
-maxof() { sort -g "$1" | tail -1; }
+median() { { grep . "$1" || true; } | sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "failed"; else print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+maxof() { { grep . "$1" || true; } | sort -g | tail -1; }
 echo "GPT ${LAYERS}x${EMBD}, $(cat "$tmp/params") parameters, AdamW, batch ${BATCH}x64 per rank, median of $REPS runs x $STEPS steps"
 echo
 echo "| ranks | run | step (ms) | vs Tessera DDP | peak RSS per rank (MB) |"
@@ -70,7 +69,7 @@ for world in $WORLDS; do
       pytorch_fsdp2) label="PyTorch FSDP2 (fully_shard)" ;;
       pytorch_ds*) label="DeepSpeed ZeRO stage ${name#pytorch_ds} (CPU, gloo)" ;;
     esac
-    ratio=$(awk -v a="$ms" -v b="$base" 'BEGIN { printf "%.2fx", a / b }')
+    ratio=$(awk -v a="$ms" -v b="$base" 'BEGIN { if (a + 0 > 0 && b + 0 > 0) printf "%.2fx", a / b; else print "-" }')
     echo "| $world | $label | $ms | $ratio | $rss |"
   done
 done
