@@ -89,6 +89,7 @@ def worker(rank, port, world, steps):
         print(f"median_step_ms {times[len(times) // 2]:.2f}", flush=True)
     if world > 1:
         dist.destroy_process_group()
+        peer_timing.leave()
 
 
 if __name__ == "__main__":
