@@ -100,6 +100,15 @@ else
   $SUDO touch "$VENV/.tessera-deepspeed-0.19.8"
 fi
 
+# --- 2c. safetensors, the reference the checkpoint tests check our files against -------
+# --no-deps: its torch helpers use the torch installed above and need nothing else.
+if [ -f "$VENV/.tessera-safetensors-0.7.0" ]; then
+  echo "install-deps: safetensors 0.7.0 present in $VENV"
+else
+  $SUDO "${PIP[@]}" --no-deps safetensors==0.7.0
+  $SUDO touch "$VENV/.tessera-safetensors-0.7.0"
+fi
+
 # --- 3. Gloo, static and private to Tessera's backend ----------------------------------
 if [ -f "$GLOO_PREFIX/lib/libgloo.a" ]; then
   echo "install-deps: static Gloo present in $GLOO_PREFIX"

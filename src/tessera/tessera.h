@@ -39,6 +39,7 @@
 #include "tessera/checkpoint/group_coordinator.h"
 #include "tessera/checkpoint/module_state.h"
 #include "tessera/checkpoint/sharded_tensors.h"
+#include "tessera/checkpoint/safetensors.h"
 #include "tessera/checkpoint/state_dict_file.h"
 
 // models: the reference GPT and MLP.
