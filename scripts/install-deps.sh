@@ -109,6 +109,21 @@ else
   $SUDO touch "$VENV/.tessera-safetensors-0.7.0"
 fi
 
+# --- 2d. transformers, the reference the Hugging Face checkpoint tests check against --
+# --no-deps, every dependency pinned: unpinned, pip would take the newest of each.
+# The 4.57 line still uses huggingface_hub 0.x, which needs no HTTP stack beyond
+# requests; numpy, pyyaml, packaging, filelock, tqdm and safetensors are already
+# here (Debian's, or the blocks above). About 17 MB of wheels.
+if [ -f "$VENV/.tessera-transformers-4.57.3" ]; then
+  echo "install-deps: transformers 4.57.3 present in $VENV"
+else
+  $SUDO "${PIP[@]}" --no-deps transformers==4.57.3 huggingface-hub==0.36.0 tokenizers==0.22.1 \
+    regex==2025.11.3 requests==2.32.5 urllib3==2.5.0 idna==3.11 charset-normalizer==3.4.4 \
+    certifi==2025.11.12
+  "$VENV/bin/python" -c "import transformers; transformers.GPT2LMHeadModel"
+  $SUDO touch "$VENV/.tessera-transformers-4.57.3"
+fi
+
 # --- 3. Gloo, static and private to Tessera's backend ----------------------------------
 if [ -f "$GLOO_PREFIX/lib/libgloo.a" ]; then
   echo "install-deps: static Gloo present in $GLOO_PREFIX"

@@ -24,6 +24,8 @@ void GPTConfig::validate() const {
              ") must be a positive multiple of n_head (", n_head, ")");
   TS_CHECK_T(ConfigError, dropout >= 0 && dropout < 1, "GPTConfig.dropout must be in [0, 1), got ",
              dropout);
+  TS_CHECK_T(ConfigError, layer_norm_eps > 0 && std::isfinite(layer_norm_eps),
+             "GPTConfig.layer_norm_eps must be a positive number, got ", layer_norm_eps);
   TS_CHECK_T(ConfigError, compute_dtype == at::kFloat || is_low_precision(compute_dtype),
              "GPTConfig.compute_dtype must be float32, bfloat16 or float16, got ",
              compute_dtype);
@@ -83,7 +85,8 @@ torch::Tensor CausalSelfAttentionImpl::attend_composed(const torch::Tensor& qkv,
   return torch::matmul(att, v).transpose(1, 2).contiguous().view({B, T, C});
 }
 
-GPTMLPImpl::GPTMLPImpl(const GPTConfig& config) {
+GPTMLPImpl::GPTMLPImpl(const GPTConfig& config)
+    : gelu_approximate_(config.gelu_tanh ? "tanh" : "none") {
   c_fc = register_module(
       "c_fc", torch::nn::Linear(
                   torch::nn::LinearOptions(config.n_embd, 4 * config.n_embd).bias(config.bias)));
@@ -96,12 +99,11 @@ GPTMLPImpl::GPTMLPImpl(const GPTConfig& config) {
 torch::Tensor GPTMLPImpl::forward(const torch::Tensor& x) {
   ModuleScope scope(this);
   auto h = linear_lowp(x, c_fc->weight, c_fc->bias);
-  if (c_fc->weight.scalar_type() == at::kFloat) {
-    h = fp32_island([](const std::vector<torch::Tensor>& in) { return torch::gelu(in[0]); },
-                         {h}, {});
-  } else {
-    h = torch::gelu(h);
-  }
+  // By value: a 16-bit backward calls it again, after forward returned.
+  auto gelu = [approximate = gelu_approximate_](const std::vector<torch::Tensor>& in) {
+    return torch::gelu(in[0], approximate);
+  };
+  h = c_fc->weight.scalar_type() == at::kFloat ? fp32_island(gelu, {h}, {}) : gelu({h});
   return dropout_lowp(dropout, linear_lowp(h, c_proj->weight, c_proj->bias));
 }
 
@@ -125,7 +127,7 @@ torch::Tensor layer_norm_lowp(torch::nn::LayerNorm& ln, const torch::Tensor& x) 
 namespace {
 torch::nn::LayerNorm make_ln(const GPTConfig& c) {
   return torch::nn::LayerNorm(
-      torch::nn::LayerNormOptions({c.n_embd}).elementwise_affine(true).eps(1e-5));
+      torch::nn::LayerNormOptions({c.n_embd}).elementwise_affine(true).eps(c.layer_norm_eps));
 }
 }  // namespace
 

@@ -32,6 +32,12 @@ struct GPTConfig {
   int64_t n_embd = 64;  // must be divisible by n_head
   double dropout = 0.0;
   bool bias = true;      // biases in Linear and LayerNorm layers
+  // The MLP's GELU: false is the exact erf form (torch's default), true the tanh
+  // approximation GPT-2 was trained with (Hugging Face's "gelu_new"). The two
+  // differ by up to 4.7e-4 per activation, enough to move a pretrained model's
+  // logits, so a checkpoint must run with the form it was trained with.
+  bool gelu_tanh = false;
+  double layer_norm_eps = 1e-5;  // every LayerNorm's epsilon (GPT-2: 1e-5)
   // Tessera's fused CPU attention core (models/ops/causal_attention.h) where it
   // applies: float32 on CPU, and no attention dropout while training. false
   // always runs the LibTorch composition. Same math either way, to float ulps.
@@ -82,6 +88,9 @@ class GPTMLPImpl : public torch::nn::Module {
   torch::nn::Linear c_fc{nullptr};    // C -> 4C
   torch::nn::Linear c_proj{nullptr};  // 4C -> C, residual projection
   torch::nn::Dropout dropout{nullptr};
+
+ private:
+  std::string gelu_approximate_;  // torch::gelu's "none" or "tanh"
 };
 TORCH_MODULE(GPTMLP);
 

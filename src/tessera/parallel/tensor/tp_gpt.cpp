@@ -19,16 +19,17 @@ namespace {
 // gradients are partial and enter through copy_to_tp.
 class TpLayerNormImpl : public torch::nn::Module {
  public:
-  TpLayerNormImpl(int64_t n, TensorParallelOptions tp) : n_(n), tp_(std::move(tp)) {
+  TpLayerNormImpl(int64_t n, double eps, TensorParallelOptions tp)
+      : n_(n), eps_(eps), tp_(std::move(tp)) {
     weight = register_parameter("weight", torch::ones({n}));
     bias = register_parameter("bias", torch::zeros({n}));
   }
   torch::Tensor forward(const torch::Tensor& x) {
     // By value: a 16-bit backward recomputes it (models::fp32_island).
-    auto norm = [n = n_, w = weight, b = bias, sp = tp_.sequence_parallel,
+    auto norm = [n = n_, eps = eps_, w = weight, b = bias, sp = tp_.sequence_parallel,
                  group = tp_.group](const std::vector<torch::Tensor>& in) {
-      if (!sp) return torch::layer_norm(in[0], {n}, w, b, 1e-5);
-      return torch::layer_norm(in[0], {n}, copy_to_tp(w, *group), copy_to_tp(b, *group), 1e-5);
+      if (!sp) return torch::layer_norm(in[0], {n}, w, b, eps);
+      return torch::layer_norm(in[0], {n}, copy_to_tp(w, *group), copy_to_tp(b, *group), eps);
     };
     return models::fp32_island(norm, {x}, {weight, bias});
   }
@@ -36,6 +37,7 @@ class TpLayerNormImpl : public torch::nn::Module {
 
  private:
   int64_t n_;
+  double eps_;
   TensorParallelOptions tp_;
 };
 TORCH_MODULE(TpLayerNorm);
@@ -100,13 +102,17 @@ TORCH_MODULE(TpAttention);
 
 class TpMlpImpl : public torch::nn::Module {
  public:
-  TpMlpImpl(const models::GPTConfig& c, const TensorParallelOptions& tp) : tp_(tp), p_(c.dropout) {
+  TpMlpImpl(const models::GPTConfig& c, const TensorParallelOptions& tp)
+      : tp_(tp), p_(c.dropout), gelu_approximate_(c.gelu_tanh ? "tanh" : "none") {
     c_fc = register_module("c_fc", ColumnParallelLinear(c.n_embd, 4 * c.n_embd, tp, c.bias));
     c_proj = register_module("c_proj", RowParallelLinear(4 * c.n_embd, c.n_embd, tp, c.bias));
   }
   torch::Tensor forward(const torch::Tensor& x) {
     auto h = models::fp32_island(
-        [](const std::vector<torch::Tensor>& in) { return torch::gelu(in[0]); }, {c_fc(x)}, {});
+        [approximate = gelu_approximate_](const std::vector<torch::Tensor>& in) {
+          return torch::gelu(in[0], approximate);
+        },
+        {c_fc(x)}, {});
     return drop(c_proj(h), p_, is_training(), tp_, tp_.sequence_parallel);
   }
   ColumnParallelLinear c_fc{nullptr};
@@ -115,15 +121,16 @@ class TpMlpImpl : public torch::nn::Module {
  private:
   TensorParallelOptions tp_;
   double p_;
+  std::string gelu_approximate_;  // GPTConfig.gelu_tanh, as torch::gelu names it
 };
 TORCH_MODULE(TpMlp);
 
 class TpBlockImpl : public torch::nn::Module {
  public:
   TpBlockImpl(const models::GPTConfig& c, const TensorParallelOptions& tp) {
-    ln_1 = register_module("ln_1", TpLayerNorm(c.n_embd, tp));
+    ln_1 = register_module("ln_1", TpLayerNorm(c.n_embd, c.layer_norm_eps, tp));
     attn = register_module("attn", TpAttention(c, tp));
-    ln_2 = register_module("ln_2", TpLayerNorm(c.n_embd, tp));
+    ln_2 = register_module("ln_2", TpLayerNorm(c.n_embd, c.layer_norm_eps, tp));
     mlp = register_module("mlp", TpMlp(c, tp));
   }
   torch::Tensor forward(torch::Tensor x) {
@@ -194,7 +201,7 @@ TensorParallelGPTImpl::TensorParallelGPTImpl(const models::GPTConfig& config,
           torch::nn::AnyModule(h->register_module(std::to_string(i), TpBlock(config_, tp_)));
     }
   }
-  if (part_.head) ln_f_ = register_module("ln_f", TpLayerNorm(config.n_embd, tp_)).get();
+  if (part_.head) ln_f_ = register_module("ln_f", TpLayerNorm(config.n_embd, config.layer_norm_eps, tp_)).get();
 
   // The dense GPT's weights, sliced: same seed, same weights as a dense run.
   const int n = tp_.group->size(), r = tp_.group->rank();
