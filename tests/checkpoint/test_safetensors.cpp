@@ -513,17 +513,11 @@ nlohmann::json spec_of(const std::vector<std::pair<std::string, at::Tensor>>& te
 
 // Runs tests/checkpoint/safetensors_interop.py MODE SPEC FILE with TESSERA_PYTHON.
 void run_python(const std::string& mode, const std::string& spec, const std::string& file) {
-  const char* src = std::getenv("TESSERA_SOURCE_DIR");
-  ASSERT_NE(src, nullptr) << "run through ctest (it sets TESSERA_SOURCE_DIR)";
-  const std::string python = testing::python_bin();
-  auto probe = testing::run_command(python + " -c 'import safetensors.torch' 2>&1", 120);
-  ASSERT_EQ(probe.exit_code, 0)
-      << "the Python package safetensors cannot be imported by " << python
-      << " (TESSERA_PYTHON); run scripts/install-deps.sh, which installs it into the "
-      << "virtual environment the tests use:\n"
-      << probe.output;
-  auto r = testing::run_command(python + " " + src + "/tests/checkpoint/safetensors_interop.py " +
-                                    mode + " " + spec + " " + file + " 2>&1",
+  const std::string problem = testing::python_import_problem("safetensors.torch");
+  ASSERT_TRUE(problem.empty()) << problem;
+  auto r = testing::run_command(testing::python_bin() + " " +
+                                    testing::source_path("tests/checkpoint/safetensors_interop.py") +
+                                    " " + mode + " " + spec + " " + file + " 2>&1",
                                 120);
   ASSERT_EQ(r.exit_code, 0) << "safetensors_interop.py " << mode << " failed:\n" << r.output;
 }

@@ -29,17 +29,12 @@ constexpr double kTolerance = 1e-4;
 // Runs gpt2_interop.py with `args`; fails the test (never skips) when
 // transformers cannot be imported or the script reports a mismatch.
 void run_interop(const std::string& args) {
-  const char* src = std::getenv("TESSERA_SOURCE_DIR");
-  ASSERT_NE(src, nullptr) << "run through ctest (it sets TESSERA_SOURCE_DIR)";
-  const std::string python = testing::python_bin();
-  auto probe = testing::run_command(python + " -c 'import transformers, safetensors' 2>&1", 120);
-  ASSERT_EQ(probe.exit_code, 0)
-      << "the Python package transformers cannot be imported by " << python
-      << " (TESSERA_PYTHON); run scripts/install-deps.sh, which installs it into the virtual "
-      << "environment the tests use:\n"
-      << probe.output;
-  auto r =
-      testing::run_command(python + " " + src + "/tests/hf/gpt2_interop.py " + args + " 2>&1", 240);
+  const std::string problem = testing::python_import_problem("transformers, safetensors");
+  ASSERT_TRUE(problem.empty()) << problem;
+  auto r = testing::run_command(testing::python_bin() + " " +
+                                    testing::source_path("tests/hf/gpt2_interop.py") + " " + args +
+                                    " 2>&1",
+                                240);
   ASSERT_EQ(r.exit_code, 0) << "gpt2_interop.py " << args << " failed:\n" << r.output;
   std::cout << r.output;
 }

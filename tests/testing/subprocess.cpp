@@ -68,6 +68,20 @@ std::string python_bin() {
   return python != nullptr && *python != '\0' ? python : "python3";
 }
 
+std::string python_import_problem(const std::string& modules) {
+  const std::string python = python_bin();
+  auto probe = run_command(python + " -c 'import " + modules + "' 2>&1", 120);
+  if (probe.exit_code == 0) return "";
+  return "the Python packages '" + modules + "' cannot be imported by " + python +
+         " (TESSERA_PYTHON); run scripts/install-deps.sh, which installs them into the " +
+         "virtual environment the tests use:\n" + probe.output;
+}
+
+std::string source_path(const std::string& relative) {
+  const char* src = std::getenv("TESSERA_SOURCE_DIR");
+  return std::string(src != nullptr && *src != '\0' ? src : ".") + "/" + relative;
+}
+
 int count_processes(const std::string& needle) {
   int count = 0;
   DIR* proc = opendir("/proc");

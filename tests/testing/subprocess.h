@@ -22,6 +22,15 @@ std::string tessera_bin();
 // from CMake's TESSERA_PYTHON: the virtual environment scripts/install-deps.sh made).
 std::string python_bin();
 
+// "" when python_bin() can `import <modules>` (e.g. "transformers, safetensors");
+// otherwise a message naming that Python, the import error and the fix
+// (scripts/install-deps.sh), for tests that must fail, not skip, without them.
+std::string python_import_problem(const std::string& modules);
+
+// `relative` (e.g. "tests/hf/gpt2_interop.py") under the source tree
+// (TESSERA_SOURCE_DIR, set by CTest; "." when run by hand from the tree's root).
+std::string source_path(const std::string& relative);
+
 // Number of live processes whose command line contains `needle` (for orphan checks).
 int count_processes(const std::string& needle);
 
