@@ -29,6 +29,9 @@ PACKAGES=(
   libbenchmark-dev
   liburing-dev                 # io_uring: direct, asynchronous I/O of the nvme offload
   zlib1g-dev                   # reads the gzip'd digits data
+  libpcre2-dev                 # Unicode split regexes of byte-level BPE tokenizers (data/tokenizer.h)
+  libsentencepiece-dev         # SentencePiece tokenizer models (data/sentencepiece_tokenizer.h)
+  python3-sentencepiece        # trains the tokenizer tests' SentencePiece model (the venv sees it)
   libprotobuf-dev protobuf-compiler  # TensorBoard event files (runtime/monitor)
   python3-protobuf             # the tests' second TensorBoard event-file reader
   python3-sklearn              # ships the 8x8 handwritten digits (tessera train --task digits)

@@ -1,9 +1,13 @@
 // text_to_tokens: `tessera data prepare`, turning text into llm.c .bin token files
-// of byte tokens (vocabulary 256) that TokenFileDataset memory-maps.
+// that TokenFileDataset memory-maps: byte tokens (vocabulary 256) by default, or the
+// ids of a checkpoint's tokenizer (data/tokenizer.h) given as `tokenizer`.
 //
 // The input (a file or a directory, read as ByteTextDataset reads it) is split
-// like ByteTextDataset: the first (1 - val_fraction) bytes go to `output`, the
-// rest to `val_output`. Each file is written to a temp name and renamed, so a
+// like ByteTextDataset: the first (1 - val_fraction) tokens go to `output`, the
+// rest to `val_output`. With a tokenizer the whole text is encoded in one call
+// (ids identical to Hugging Face's for the concatenated text; memory is about 8
+// bytes per token) and then split. The .bin format holds uint16 tokens, so a
+// tokenizer with more than 65536 ids is a ConfigError before any encoding. Each file is written to a temp name and renamed, so a
 // crash never leaves a half-written token file under the final name.
 #pragma once
 
@@ -17,12 +21,14 @@ struct PrepareOptions {
   std::string output;       // train .bin
   double val_fraction = 0;  // in [0, 1); > 0 requires val_output
   std::string val_output;   // val .bin
+  std::string tokenizer;    // load_tokenizer() path; "" for byte tokens
 };
 
 struct PrepareResult {
   int64_t files_read = 0;
   int64_t train_tokens = 0;
   int64_t val_tokens = 0;
+  std::string tokenizer;  // what encoded the text: "bytes" or Tokenizer::description()
 };
 
 // ConfigError naming the option or path when something is wrong.

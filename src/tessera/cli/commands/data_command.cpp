@@ -1,5 +1,6 @@
 // tessera data: dataset tools. `tessera data prepare` turns text (a file or a
-// directory) into llm.c .bin token files of byte tokens for `tessera train`.
+// directory) into llm.c .bin token files for `tessera train`: byte tokens, or the
+// ids of a checkpoint's tokenizer (--tokenizer).
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
@@ -15,18 +16,21 @@ namespace {
 
 int prepare(const Args& args) {
   data::PrepareOptions opts;
-  CLI::App app{"tessera data prepare: text (file or directory) -> llm.c .bin byte tokens",
+  CLI::App app{"tessera data prepare: text (file or directory) -> llm.c .bin tokens",
                "tessera data prepare"};
   app.add_option("--input", opts.input, "text file or directory (files read in sorted order)")
       ->required();
   app.add_option("--output", opts.output, "token file to write (.bin)")->required();
   app.add_option("--val-fraction", opts.val_fraction,
-                 "fraction of the bytes (the tail) written to --val-output");
+                 "fraction of the tokens (the tail) written to --val-output");
   app.add_option("--val-output", opts.val_output, "validation token file to write (.bin)");
+  app.add_option("--tokenizer", opts.tokenizer,
+                 "tokenizer.json, vocab.json + merges.txt, a SentencePiece .model, or a "
+                 "checkpoint directory holding one (default: byte tokens)");
   if (!parse_args(app, args, "tessera data prepare")) return 0;
   data::PrepareResult r = data::prepare_token_files(opts);
-  std::printf("read %lld file(s) from %s\nwrote %lld tokens to %s\n",
-              static_cast<long long>(r.files_read), opts.input.c_str(),
+  std::printf("read %lld file(s) from %s\ntokens: %s\nwrote %lld tokens to %s\n",
+              static_cast<long long>(r.files_read), opts.input.c_str(), r.tokenizer.c_str(),
               static_cast<long long>(r.train_tokens), opts.output.c_str());
   if (!opts.val_output.empty()) {
     std::printf("wrote %lld tokens to %s\n", static_cast<long long>(r.val_tokens),
@@ -41,7 +45,7 @@ int data_command(const Args& args) {
   if (args.empty() || args[0] == "--help" || args[0] == "-h") {
     std::printf(
         "usage: tessera data prepare --input PATH --output FILE.bin "
-        "[--val-fraction F --val-output FILE.bin]\n");
+        "[--val-fraction F --val-output FILE.bin] [--tokenizer PATH]\n");
     return args.empty() ? 2 : 0;
   }
   if (args[0] == "prepare") return prepare(Args(args.begin() + 1, args.end()));
