@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "tessera/core/check.h"
+#include "tessera/models/llama_flops.h"
 #include "tessera/runtime/profiling/profile_format.h"
 
 namespace tessera::cli {
@@ -29,7 +30,7 @@ std::string tflops_text(double flops_per_s) {
 
 TrainFlops::TrainFlops(const runtime::Config& cfg, const TrainSettings& s, int world, bool rank0)
     : profiler_config_(cfg.flops_profiler),
-      count_(models::gpt_flop_count(s.model)),
+      count_(s.is_llama() ? models::llama_flop_count(s.llama) : models::gpt_flop_count(s.model)),
       seq_len_(s.model.block_size),
       micro_batch_(cfg.train_micro_batch_size_per_gpu),
       checkpointing_(s.model.activation_checkpoints > 0),

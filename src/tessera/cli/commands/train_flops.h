@@ -2,8 +2,8 @@
 // profiler at the config's flops_profiler.profile_step.
 //
 // Model FLOPs per optimizer step are counted from the GPT's shapes
-// (models/gpt_flops.h: 6Ψ + 12·L·C·T per token) times the global batch's
-// tokens, and split evenly over the ranks: data parallel ranks each do their
+// (models/gpt_flops.h: 6Ψ + 12·L·C·T per token; a Llama's: llama_flops.h)
+// times the global batch's tokens, and split evenly over the ranks: data parallel ranks each do their
 // share of the tokens, tensor and pipeline ranks their share of each token.
 // Achieved FLOP/s per rank = those FLOPs / the time train_step took (evaluation
 // and checkpoints left out). MFU = achieved / peak per rank, where the peak per

@@ -1,5 +1,6 @@
 #include "tessera/cli/commands/train_settings.h"
 
+#include "tessera/cli/commands/train_llama.h"
 #include "tessera/core/check.h"
 
 namespace tessera::cli {
@@ -14,6 +15,39 @@ using runtime::read_string;
 
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+void read_data(const runtime::Config& cfg, TrainSettings& s) {
+  const auto& d = cfg.data;
+  check_known_keys(d, {"path", "val_path", "val_fraction"}, "data");
+  s.data_path = read_string(d, "path", "data", "/usr/share/common-licenses");
+  s.val_path = read_string(d, "val_path", "data", "");
+  s.val_fraction = read_number(d, "val_fraction", "data", s.val_fraction);
+  TS_CHECK_T(ConfigError, s.val_fraction >= 0 && s.val_fraction < 1,
+             "config key 'data.val_fraction' must be in [0, 1), got ", s.val_fraction);
+}
+
+void read_train(const runtime::Config& cfg, TrainSettings& s) {
+  const auto& t = cfg.train;
+  const std::string w = "train";
+  check_known_keys(t,
+                   {"steps", "eval_interval", "eval_iters", "checkpoint_interval", "out_dir",
+                    "metrics", "sample_length", "sample_prompt", "checkpoint_on_preempt"},
+                   w);
+  s.checkpoint_on_preempt = read_bool(t, "checkpoint_on_preempt", w, s.checkpoint_on_preempt);
+  s.steps = read_positive_int(t, "steps", w, s.steps);
+  s.eval_interval = read_int(t, "eval_interval", w, s.eval_interval);
+  s.eval_iters = read_positive_int(t, "eval_iters", w, s.eval_iters);
+  s.checkpoint_interval = read_int(t, "checkpoint_interval", w, s.checkpoint_interval);
+  TS_CHECK_T(ConfigError, s.eval_interval >= 0 && s.checkpoint_interval >= 0,
+             "config keys 'train.eval_interval' and 'train.checkpoint_interval' must be >= 0 "
+             "(0: only at the end)");
+  s.out_dir = read_string(t, "out_dir", w, s.out_dir);
+  s.metrics = read_string(t, "metrics", w, s.metrics);
+  s.sample_length = read_int(t, "sample_length", w, s.sample_length);
+  TS_CHECK_T(ConfigError, s.sample_length >= 0, "config key 'train.sample_length' must be >= 0");
+  s.sample_prompt = read_string(t, "sample_prompt", w, s.sample_prompt);
+  TS_CHECK_T(ConfigError, !s.sample_prompt.empty(), "config key 'train.sample_prompt' is empty");
 }
 
 }  // namespace
@@ -46,13 +80,30 @@ const std::vector<std::string>& gpt_no_weight_decay() {
 
 bool TrainSettings::is_token_file() const { return ends_with(data_path, ".bin"); }
 
+std::string TrainSettings::describe_model(int64_t num_parameters) const {
+  if (is_llama()) {
+    return c10::str("Llama ", num_parameters, " params (", llama.num_hidden_layers, " layers, ",
+                    llama.hidden_size, " hidden, ", llama.num_attention_heads, " heads, ",
+                    llama.num_key_value_heads, " kv heads)");
+  }
+  return c10::str("GPT ", num_parameters, " params (", model.n_layer, " layers, ", model.n_embd,
+                  " embd)");
+}
+
 TrainSettings TrainSettings::from_config(const runtime::Config& cfg) {
   TrainSettings s;
   const auto& m = cfg.model;
+  s.model_type = read_string(m, "type", "model", "gpt");
+  TS_CHECK_T(ConfigError, s.model_type == "gpt" || s.model_type == "llama",
+             "config key 'model.type' is '", s.model_type, "': use gpt, llama or resnet");
+  if (s.is_llama()) {
+    read_data(cfg, s);
+    read_llama_settings(cfg, s);
+    read_train(cfg, s);
+    return s;
+  }
   check_known_keys(m, {"type", "vocab_size", "block_size", "n_layer", "n_head", "n_embd", "dropout",
                        "bias", "fused_attention", "seed"}, "model");
-  TS_CHECK_T(ConfigError, read_string(m, "type", "model", "gpt") == "gpt", "config key "
-             "'model.type' is '", read_string(m, "type", "model", "gpt"), "': use gpt or resnet");
   s.model.block_size = read_positive_int(m, "block_size", "model", s.model.block_size);
   s.model.n_layer = read_positive_int(m, "n_layer", "model", s.model.n_layer);
   s.model.n_head = read_positive_int(m, "n_head", "model", s.model.n_head);
@@ -79,13 +130,7 @@ TrainSettings TrainSettings::from_config(const runtime::Config& cfg) {
     s.model.activation_checkpoints = ac.number_checkpoints > 0 ? ac.number_checkpoints : s.model.n_layer;
   }
 
-  const auto& d = cfg.data;
-  check_known_keys(d, {"path", "val_path", "val_fraction"}, "data");
-  s.data_path = read_string(d, "path", "data", "/usr/share/common-licenses");
-  s.val_path = read_string(d, "val_path", "data", "");
-  s.val_fraction = read_number(d, "val_fraction", "data", s.val_fraction);
-  TS_CHECK_T(ConfigError, s.val_fraction >= 0 && s.val_fraction < 1,
-             "config key 'data.val_fraction' must be in [0, 1), got ", s.val_fraction);
+  read_data(cfg, s);
   // Bytes need 256 ids; token files default to GPT-2's vocabulary.
   s.model.vocab_size = read_positive_int(m, "vocab_size", "model",
                                          s.is_token_file() ? 50257 : 256);
@@ -94,24 +139,7 @@ TrainSettings TrainSettings::from_config(const runtime::Config& cfg) {
              " but text data is read as bytes (256 ids): use at least 256");
   s.model.validate();
 
-  const auto& t = cfg.train;
-  const std::string w = "train";
-  check_known_keys(t, {"steps", "eval_interval", "eval_iters", "checkpoint_interval", "out_dir",
-                       "metrics", "sample_length", "sample_prompt", "checkpoint_on_preempt"}, w);
-  s.checkpoint_on_preempt = read_bool(t, "checkpoint_on_preempt", w, s.checkpoint_on_preempt);
-  s.steps = read_positive_int(t, "steps", w, s.steps);
-  s.eval_interval = read_int(t, "eval_interval", w, s.eval_interval);
-  s.eval_iters = read_positive_int(t, "eval_iters", w, s.eval_iters);
-  s.checkpoint_interval = read_int(t, "checkpoint_interval", w, s.checkpoint_interval);
-  TS_CHECK_T(ConfigError, s.eval_interval >= 0 && s.checkpoint_interval >= 0,
-             "config keys 'train.eval_interval' and 'train.checkpoint_interval' must be >= 0 "
-             "(0: only at the end)");
-  s.out_dir = read_string(t, "out_dir", w, s.out_dir);
-  s.metrics = read_string(t, "metrics", w, s.metrics);
-  s.sample_length = read_int(t, "sample_length", w, s.sample_length);
-  TS_CHECK_T(ConfigError, s.sample_length >= 0, "config key 'train.sample_length' must be >= 0");
-  s.sample_prompt = read_string(t, "sample_prompt", w, s.sample_prompt);
-  TS_CHECK_T(ConfigError, !s.sample_prompt.empty(), "config key 'train.sample_prompt' is empty");
+  read_train(cfg, s);
   return s;
 }
 

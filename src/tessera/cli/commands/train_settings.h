@@ -1,4 +1,5 @@
-// TrainSettings: the `tessera train` view of a config — the GPT sizes ("model"),
+// TrainSettings: the `tessera train` view of a config — the model ("model": a
+// GPT, or a Llama as train_llama.h describes),
 // the data source ("data") and the loop ("train") — plus the embedded default
 // config that trains a small byte-level GPT on /usr/share/common-licenses.
 //
@@ -12,12 +13,18 @@
 #include <vector>
 
 #include "tessera/models/gpt.h"
+#include "tessera/models/llama.h"
 #include "tessera/runtime/config.h"
 
 namespace tessera::cli {
 
 struct TrainSettings {
+  // model.type: "gpt" (model) or "llama" (llama, init_from_hf: train_llama.h;
+  // model then carries only the block_size and vocab_size the data reads).
+  std::string model_type = "gpt";
   models::GPTConfig model;
+  models::LlamaConfig llama;
+  std::string init_from_hf;
   // Data: a text file or directory (read as bytes), or a llm.c .bin token file.
   std::string data_path;
   std::string val_path;       // optional .bin for validation (text: split by val_fraction)
@@ -35,6 +42,9 @@ struct TrainSettings {
   std::string sample_prompt = "The ";
 
   bool is_token_file() const;
+  bool is_llama() const { return model_type == "llama"; }
+  // "GPT 1234 params (2 layers, 128 embd)": the model, for the startup line.
+  std::string describe_model(int64_t num_parameters) const;
   // Reads cfg.model / cfg.data / cfg.train over the defaults above.
   static TrainSettings from_config(const runtime::Config& cfg);
 };

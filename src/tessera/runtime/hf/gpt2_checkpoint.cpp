@@ -1,17 +1,12 @@
 #include "tessera/runtime/hf/gpt2_checkpoint.h"
 
-#include <filesystem>
 #include <map>
 #include <set>
-#include <system_error>
 
-#include "tessera/core/atomic_file.h"
 #include "tessera/core/check.h"
 #include "tessera/runtime/hf/hf_checkpoint.h"
 
 namespace tessera::runtime::hf {
-
-namespace fs = std::filesystem;
 
 namespace {
 
@@ -60,20 +55,6 @@ std::map<std::string, std::string> checkpoint_names(const HfCheckpoint& ckpt,
                it->second, " and ", name);
   }
   return names;
-}
-
-// A tensor of the checkpoint, checked against the shape it must have.
-at::Tensor checked_tensor(const HfCheckpoint& ckpt, const std::string& name,
-                          const std::vector<int64_t>& shape, const char* expected_from) {
-  const auto& info = ckpt.info(name);
-  TS_CHECK_T(CheckpointError, info.shape == shape, "Hugging Face checkpoint ", ckpt.dir(),
-             ": tensor ", name, " (in ", ckpt.file_of(name), ") has shape ",
-             c10::IntArrayRef(info.shape), " but ", expected_from, " needs ",
-             c10::IntArrayRef(shape));
-  TS_CHECK_T(CheckpointError, at::isFloatingType(info.dtype), "Hugging Face checkpoint ",
-             ckpt.dir(), ": tensor ", name, " has dtype ", info.dtype,
-             ", not a floating-point type");
-  return ckpt.tensor(name);
 }
 
 // The untied head transformers would use must be the token embedding itself.
@@ -166,66 +147,12 @@ std::vector<std::pair<std::string, at::Tensor>> export_tensors(const models::GPT
   return out;
 }
 
-// Moves the finished temporary directory to `dir`, setting aside and then
-// removing an old `dir` (checked by the caller to be empty or overwritable).
-void publish(const std::string& tmp, const std::string& dir) {
-  std::string old;
-  if (fs::exists(dir)) {
-    if (fs::is_empty(dir)) {
-      fs::remove(dir);
-    } else {
-      old = core::temp_path_beside(dir);
-      fs::rename(dir, old);
-    }
-  }
-  try {
-    fs::rename(tmp, dir);
-  } catch (...) {
-    std::error_code ignored;
-    if (!old.empty()) fs::rename(old, dir, ignored);  // put the old export back
-    throw;
-  }
-  core::fsync_directory<CheckpointError>(fs::path(dir).parent_path().string());
-  if (!old.empty()) fs::remove_all(old);
-}
-
 }  // namespace
 
-void export_gpt2(const models::GPTImpl& model, const std::string& dir_arg,
+void export_gpt2(const models::GPTImpl& model, const std::string& dir,
                  const Gpt2ExportOptions& options) {
-  // "out/" and "out" name the same directory; the temporary one goes beside it.
-  fs::path normal = fs::path(dir_arg).lexically_normal();
-  if (normal.filename().empty()) normal = normal.parent_path();
-  const std::string dir = normal.string();
-  TS_CHECK_T(CheckpointError, !dir.empty() && dir != "." && dir != "..", "export_gpt2: \"", dir_arg,
-             "\" does not name a directory to create");
   const std::string config_text = gpt2_config_json(model.config());  // validates the config
-  if (fs::exists(dir)) {
-    TS_CHECK_T(CheckpointError, fs::is_directory(dir), "export_gpt2: ", dir,
-               " exists and is not a directory");
-    TS_CHECK_T(CheckpointError, fs::is_empty(dir) || options.overwrite, "export_gpt2: ", dir,
-               " exists and is not empty (remove it, choose another directory, or set "
-               "Gpt2ExportOptions.overwrite)");
-  }
-  const auto tensors = export_tensors(model);
-  const fs::path parent = fs::absolute(dir).parent_path();
-  const std::string tmp = core::temp_path_beside(dir);
-  try {
-    fs::create_directories(parent);
-    fs::create_directory(tmp);
-    write_hf_tensors(tmp, tensors, {{"format", "pt"}}, options.max_shard_bytes);
-    // config.json last: a directory with a config is a complete one.
-    write_text_file_atomically((fs::path(tmp) / kConfigFile).string(), config_text);
-    publish(tmp, dir);
-  } catch (const fs::filesystem_error& e) {
-    std::error_code ignored;
-    fs::remove_all(tmp, ignored);
-    throw CheckpointError(c10::str("export_gpt2: cannot write ", dir, ": ", e.what()));
-  } catch (...) {
-    std::error_code ignored;
-    fs::remove_all(tmp, ignored);
-    throw;
-  }
+  export_hf_directory(dir, export_tensors(model), config_text, options, "export_gpt2");
 }
 
 }  // namespace tessera::runtime::hf

@@ -30,6 +30,7 @@
 
 #include "tessera/models/gpt.h"
 #include "tessera/runtime/hf/gpt2_config.h"
+#include "tessera/runtime/hf/hf_checkpoint.h"
 
 namespace tessera::runtime::hf {
 
@@ -45,22 +46,12 @@ models::GPT load_gpt2(const std::string& dir, const Gpt2ImportOptions& options =
 // point, or unknown.
 void load_gpt2_into(models::GPTImpl& model, const std::string& dir);
 
-struct Gpt2ExportOptions {
-  // Largest shard: model.safetensors alone when everything fits, else
-  // model-0000i-of-0000N.safetensors plus model.safetensors.index.json.
-  // transformers' default is 5 GB too.
-  uint64_t max_shard_bytes = 5'000'000'000ULL;
-  // An existing non-empty `dir` is replaced only when true.
-  bool overwrite = false;
-};
+using Gpt2ExportOptions = HfExportOptions;  // max_shard_bytes, overwrite
 
-// Writes `model` as a GPT2LMHeadModel directory at `dir`. Everything is written
-// into a temporary directory beside `dir` (each file fsynced) that is renamed
-// to `dir` at the end, so `dir` is either absent, its old contents, or the
-// whole export. With overwrite, an old `dir` is moved aside just before the
-// rename and removed after it. CheckpointError when `dir` exists, is not empty
-// and overwrite is false, or on an I/O error (the temporary directory is
-// removed); ConfigError if the model's config is invalid.
+// Writes `model` as a GPT2LMHeadModel directory at `dir`, atomically as
+// export_hf_directory (hf_checkpoint.h) says. CheckpointError when `dir` exists,
+// is not empty and overwrite is false, or on an I/O error; ConfigError if the
+// model's config is invalid.
 void export_gpt2(const models::GPTImpl& model, const std::string& dir,
                  const Gpt2ExportOptions& options = {});
 

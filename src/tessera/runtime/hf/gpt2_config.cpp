@@ -1,13 +1,11 @@
 #include "tessera/runtime/hf/gpt2_config.h"
 
-#include <filesystem>
-#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "tessera/core/check.h"
 #include "tessera/runtime/hf/hf_checkpoint.h"
+#include "tessera/runtime/hf/hf_config_keys.h"
 
 namespace tessera::runtime::hf {
 
@@ -19,6 +17,7 @@ namespace {
 constexpr int64_t kDefaultVocab = 50257, kDefaultPositions = 1024, kDefaultEmbd = 768;
 constexpr int64_t kDefaultLayers = 12, kDefaultHeads = 12;
 constexpr double kDefaultDropout = 0.1, kDefaultEps = 1e-5;
+constexpr const char* kModel = "Tessera's GPT";
 
 // Activation names of transformers' ACT2FN that are GELU, and whether each is
 // the tanh approximation (the others are the exact erf form).
@@ -29,73 +28,17 @@ const std::map<std::string, bool>& gelu_activations() {
   return names;
 }
 
-// Reads config values with GPT2Config's defaults, naming the file in errors.
-class Keys {
- public:
-  Keys(const json& j, const std::string& where) : j_(j), where_(where) {}
-
-  int64_t positive_int(const char* key, int64_t fallback) const {
-    if (!present(key)) return fallback;
-    const json& v = j_[key];
-    TS_CHECK_T(CheckpointError, v.is_number_integer() && v.get<int64_t>() > 0, where_, ": \"", key,
-               "\" must be a positive integer, got ", v.dump());
-    return v.get<int64_t>();
-  }
-  double number(const char* key, double fallback) const {
-    if (!present(key)) return fallback;
-    const json& v = j_[key];
-    TS_CHECK_T(CheckpointError, v.is_number(), where_, ": \"", key, "\" must be a number, got ",
-               v.dump());
-    return v.get<double>();
-  }
-  bool flag(const char* key, bool fallback) const {
-    if (!present(key)) return fallback;
-    const json& v = j_[key];
-    TS_CHECK_T(CheckpointError, v.is_boolean(), where_, ": \"", key,
-               "\" must be true or false, got ", v.dump());
-    return v.get<bool>();
-  }
-  std::string text(const char* key, const std::string& fallback) const {
-    if (!present(key)) return fallback;
-    const json& v = j_[key];
-    TS_CHECK_T(CheckpointError, v.is_string(), where_, ": \"", key, "\" must be a string, got ",
-               v.dump());
-    return v.get<std::string>();
-  }
-  // A flag whose only supported value is `required`.
-  void require_flag(const char* key, bool fallback, bool required, const char* why) const {
-    const bool value = flag(key, fallback);
-    TS_CHECK_T(CheckpointError, value == required, where_, ": \"", key,
-               "\": ", value ? "true" : "false", " is not supported (Tessera's GPT supports only ",
-               required ? "true" : "false", ": ", why, ")");
-  }
-  bool present(const char* key) const { return j_.contains(key) && !j_[key].is_null(); }
-  const json& operator[](const char* key) const { return j_[key]; }
-
- private:
-  const json& j_;
-  const std::string& where_;
-};
-
-void check_architecture(const Keys& keys, const std::string& where) {
+void check_architecture(const ConfigKeys& keys, const std::string& where) {
   const std::string model_type = keys.text("model_type", "gpt2");
   TS_CHECK_T(CheckpointError, model_type == "gpt2", where, ": model_type \"", model_type,
              "\" is not supported here (this importer reads GPT-2 checkpoints: model_type "
              "\"gpt2\")");
-  if (!keys.present("architectures")) return;
-  TS_CHECK_T(CheckpointError, keys["architectures"].is_array(), where,
-             ": \"architectures\" must be a list of class names");
-  for (const auto& a : keys["architectures"]) {
-    const std::string name = a.is_string() ? a.get<std::string>() : a.dump();
-    TS_CHECK_T(CheckpointError, name == "GPT2LMHeadModel" || name == "GPT2Model", where,
-               ": architecture \"", name,
-               "\" is not supported (supported: GPT2LMHeadModel, GPT2Model; other heads carry "
-               "weights Tessera's GPT has no place for)");
-  }
+  keys.require_architectures({"GPT2LMHeadModel", "GPT2Model"},
+                             "other heads carry weights Tessera's GPT has no place for");
 }
 
 // GPTConfig.gelu_tanh for activation_function.
-bool parse_activation(const Keys& keys, const std::string& where) {
+bool parse_activation(const ConfigKeys& keys, const std::string& where) {
   const std::string act = keys.text("activation_function", "gelu_new");
   auto it = gelu_activations().find(act);
   TS_CHECK_T(CheckpointError, it != gelu_activations().end(), where, ": activation_function \"",
@@ -105,7 +48,8 @@ bool parse_activation(const Keys& keys, const std::string& where) {
   return it->second;
 }
 
-double parse_dropout(const Keys& keys, const std::string& where, const Gpt2ImportOptions& options) {
+double parse_dropout(const ConfigKeys& keys, const std::string& where,
+                     const Gpt2ImportOptions& options) {
   if (options.dropout) return *options.dropout;
   const double resid = keys.number("resid_pdrop", kDefaultDropout);
   const double embd = keys.number("embd_pdrop", kDefaultDropout);
@@ -120,14 +64,8 @@ double parse_dropout(const Keys& keys, const std::string& where, const Gpt2Impor
 
 Gpt2HfConfig parse_gpt2_config(const std::string& config_json, const std::string& where,
                                const Gpt2ImportOptions& options) {
-  json j;
-  try {
-    j = json::parse(config_json);
-  } catch (const json::exception& e) {
-    throw CheckpointError(c10::str(where, " is not valid JSON: ", e.what()));
-  }
-  TS_CHECK_T(CheckpointError, j.is_object(), where, " must hold a JSON object");
-  const Keys keys(j, where);
+  const json j = parse_config_object(config_json, where);
+  const ConfigKeys keys(j, where);
   check_architecture(keys, where);
 
   Gpt2HfConfig out;
@@ -148,10 +86,12 @@ Gpt2HfConfig parse_gpt2_config(const std::string& config_json, const std::string
                " is not supported (Tessera's GPT has an MLP of 4 * n_embd = ", 4 * c.n_embd,
                "; use null or that value)");
   }
-  keys.require_flag("scale_attn_weights", true, true, "scores are scaled by 1/sqrt(head dim)");
-  keys.require_flag("scale_attn_by_inverse_layer_idx", false, false,
+  keys.require_flag("scale_attn_weights", true, true, kModel,
+                    "scores are scaled by 1/sqrt(head dim)");
+  keys.require_flag("scale_attn_by_inverse_layer_idx", false, false, kModel,
                     "no per-layer scaling of the scores");
-  keys.require_flag("add_cross_attention", false, false, "a decoder without cross-attention");
+  keys.require_flag("add_cross_attention", false, false, kModel,
+                    "a decoder without cross-attention");
   out.tie_word_embeddings = keys.flag("tie_word_embeddings", true);
   try {
     c.validate();
@@ -162,13 +102,9 @@ Gpt2HfConfig parse_gpt2_config(const std::string& config_json, const std::string
 }
 
 Gpt2HfConfig read_gpt2_config(const std::string& dir, const Gpt2ImportOptions& options) {
-  const std::string path = (std::filesystem::path(dir) / kConfigFile).string();
-  std::ifstream in(path);
-  TS_CHECK_T(CheckpointError, in.good(), "cannot read ", path,
-             " (a Hugging Face model directory holds config.json beside its safetensors files)");
-  std::stringstream text;
-  text << in.rdbuf();
-  return parse_gpt2_config(text.str(), path, options);
+  std::string path;
+  const std::string text = read_config_text(dir, path);
+  return parse_gpt2_config(text, path, options);
 }
 
 std::string gpt2_config_json(const models::GPTConfig& config) {

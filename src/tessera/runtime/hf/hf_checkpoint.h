@@ -6,8 +6,9 @@
 // HfCheckpoint reads such a directory: every shard is memory-mapped
 // (checkpoint/safetensors.h), so opening costs the headers, and a tensor is a
 // view of its shard's mapping until someone copies it. write_hf_tensors writes
-// the same layout. Model-specific meaning (names, shapes, config.json) lives in
-// the model's own file (gpt2_checkpoint.h).
+// the same layout, and export_hf_directory a whole model directory atomically.
+// Model-specific meaning (names, shapes, config.json) lives in the model's own
+// files (gpt2_checkpoint.h, llama_checkpoint.h).
 //
 // Errors are CheckpointError naming the directory, the file and the problem.
 // An HfCheckpoint is immutable after open(): its methods may be called from
@@ -74,6 +75,38 @@ class HfCheckpoint {
 std::vector<std::string> write_hf_tensors(
     const std::string& dir, const std::vector<std::pair<std::string, at::Tensor>>& tensors,
     const std::map<std::string, std::string>& metadata, uint64_t max_shard_bytes);
+
+// The tensor `name` of `ckpt` (a view of its mapping), after checking that its
+// shape is `shape` and its dtype floating point: CheckpointError naming the
+// directory, the file, both shapes and `expected_from` (what asks for the shape,
+// e.g. "config.json") otherwise. The importers call it for every tensor before
+// they write any parameter, so a refused checkpoint leaves the model untouched.
+at::Tensor checked_tensor(const HfCheckpoint& ckpt, const std::string& name,
+                          const std::vector<int64_t>& shape, const char* expected_from);
+
+// How export_hf_directory writes.
+struct HfExportOptions {
+  // Largest shard: model.safetensors alone when everything fits, else
+  // model-0000i-of-0000N.safetensors plus model.safetensors.index.json.
+  // transformers' default is 5 GB too.
+  uint64_t max_shard_bytes = 5'000'000'000ULL;
+  // An existing non-empty `dir` is replaced only when true.
+  bool overwrite = false;
+};
+
+// Writes a model directory as save_pretrained does: `tensors` (CPU, contiguous)
+// with metadata {"format": "pt"}, then config.json holding `config_text`.
+// Everything goes into a temporary directory beside `dir` (each file fsynced)
+// that is renamed to `dir` at the end, so `dir` is either absent, its old
+// contents, or the whole export. With overwrite, an old `dir` is moved aside
+// just before the rename and removed after it. CheckpointError (its message
+// starting with `what`, e.g. "export_llama") when `dir` exists, is not empty
+// and overwrite is false, or on an I/O error (the temporary directory is
+// removed).
+void export_hf_directory(const std::string& dir,
+                         const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+                         const std::string& config_text, const HfExportOptions& options,
+                         const char* what);
 
 // Replaces `path` with `text` atomically (temp file, fsync, rename): the way
 // config.json and the index are written. CheckpointError naming the path.

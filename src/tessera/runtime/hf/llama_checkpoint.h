@@ -1,0 +1,55 @@
+// Hugging Face Llama checkpoints in and out of Tessera's Llama (models/llama.h),
+// in one process.
+//
+//   auto llama = tessera::runtime::hf::load_llama("path/to/llama");   // config + weights
+//   ... train ...
+//   tessera::runtime::hf::export_llama(*llama, "out/llama-tuned");
+//   // Python: LlamaForCausalLM.from_pretrained("out/llama-tuned")
+//
+// Import reads config.json (llama_config.h says what is accepted) and the
+// safetensors files (hf_checkpoint.h: one file or shards with their index). The
+// checkpoint's names are Tessera's parameter names (model.layers.0.self_attn.
+// q_proj.weight, ...), and 16-bit files are converted to the parameters'
+// float32. Every tensor's presence, shape and dtype is checked before any
+// parameter is written, so a refused checkpoint leaves the model as it was. A
+// tied model's file may carry lm_head.weight (transformers ignores it, and so
+// does Tessera); old files' rotary_emb.inv_freq buffers are skipped; any other
+// tensor Tessera's Llama has no place for is an error.
+//
+// Export writes what LlamaForCausalLM.save_pretrained writes: config.json, and
+// model.safetensors (or shards with an index) with metadata {"format": "pt"},
+// without lm_head.weight when the head is tied.
+//
+// Errors are CheckpointError naming the directory, the tensor or key, and the
+// expected value. Not thread-safe for one model; distinct models may load at once.
+#pragma once
+
+#include <string>
+
+#include "tessera/models/llama.h"
+#include "tessera/runtime/hf/hf_checkpoint.h"
+#include "tessera/runtime/hf/llama_config.h"
+
+namespace tessera::runtime::hf {
+
+// Builds a Llama from `dir`'s config.json and loads its weights.
+// CheckpointError as described above.
+models::Llama load_llama(const std::string& dir);
+
+// Loads `dir`'s weights into an existing Llama on any device. CheckpointError,
+// with the model untouched, when its config differs from the checkpoint's in a
+// field that shapes the weights or the forward (the message names the field and
+// both values), or a tensor is missing, misshapen, not floating point, or
+// unknown.
+void load_llama_into(models::LlamaImpl& model, const std::string& dir);
+
+using LlamaExportOptions = HfExportOptions;  // max_shard_bytes, overwrite
+
+// Writes `model` as a LlamaForCausalLM directory at `dir`, atomically as
+// export_hf_directory (hf_checkpoint.h) says. CheckpointError when `dir` exists,
+// is not empty and overwrite is false, or on an I/O error; ConfigError if the
+// model's config is invalid.
+void export_llama(const models::LlamaImpl& model, const std::string& dir,
+                  const LlamaExportOptions& options = {});
+
+}  // namespace tessera::runtime::hf
