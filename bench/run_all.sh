@@ -19,3 +19,7 @@ echo
 bash "$HERE/zero_vs_pytorch.sh" "$BUILD_DIR"
 echo
 bash "$HERE/model_parallel_vs_pytorch.sh" "$BUILD_DIR"
+echo
+bash "$HERE/tokenizer_speed.sh" "$BUILD_DIR"
+echo
+bash "$HERE/async_checkpoint.sh" "$BUILD_DIR"

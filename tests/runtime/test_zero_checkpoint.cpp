@@ -54,6 +54,9 @@ struct Run {
   int steps = 0;          // steps to train after the (optional) load
   std::string save_to;    // "" = no save; else saved after save_after steps
   int save_after = 0;
+  // Save in the background (checkpoint.async_mode) and go on training while it
+  // is written; the engine waits for it after the last step.
+  checkpoint::AsyncMode save_mode = checkpoint::AsyncMode::kDisabled;
 };
 
 // Trains `run` and returns rank 0's final parameters.
@@ -68,12 +71,21 @@ Params train(const Run& run) {
     if (!run.load_from.empty()) engine.load_checkpoint(run.load_from);
     const int64_t first = engine.global_steps();
     for (int64_t s = first; s < first + run.steps; ++s) {
-      if (!run.save_to.empty() && s - first == run.save_after) engine.save_checkpoint(run.save_to);
+      if (!run.save_to.empty() && s - first == run.save_after) {
+        if (run.save_mode == checkpoint::AsyncMode::kDisabled) {
+          engine.save_checkpoint(run.save_to);
+        } else {
+          engine.save_checkpoint_async(run.save_to, nlohmann::json::object(), 0, run.save_mode);
+        }
+      }
       for (int m = 0; m < 2; ++m) {
         auto [x, y] = batch(s, m, rank, size);
         engine.backward(model->loss(x, y));
         engine.step();
       }
+    }
+    if (run.save_mode != checkpoint::AsyncMode::kDisabled) {
+      EXPECT_TRUE(engine.wait_for_checkpoint().has_value()) << "no save was in flight";
     }
     if (run.stage == 3) engine.zero().gather_all();
     if (rank == 0) {
@@ -116,6 +128,21 @@ TEST(ZeroCheckpoint, SavedAtOneWorldAndStageResumesAtAnyOther) {
     std::printf("[zero ckpt] saved at 4 ranks stage 3, resumed at %d ranks stage %d: "
                 "max |diff| after 3 more steps %.3g\n", world, stage, d);
     EXPECT_LE(d, 1e-5) << world << " ranks stage " << stage;
+  }
+}
+
+TEST(ZeroCheckpoint, AnAsyncSaveHoldsTheStepItWasTakenAtWhileTrainingGoesOn) {
+  using checkpoint::AsyncMode;
+  for (auto [stage, mode] : {std::pair{3, AsyncMode::kAsync}, {0, AsyncMode::kAsyncWithPinnedMem}}) {
+    tessera::testing::TempDir dir("zero_async_ckpt");
+    // The parameters change three more times while step 3 is written.
+    const Params straight = train({2, stage, "", 6, dir.path(), 3, mode});
+    const std::string saved = dir.path() + "/step_3";
+    EXPECT_EQ(checkpoint::latest_checkpoint(dir.path()), saved);
+    const double d = max_diff(train({2, stage, saved, 3, "", 0}), straight);
+    std::printf("[zero ckpt] %s save at step 3, stage %d, resumed: max |diff| after 3 more "
+                "steps %.3g\n", checkpoint::async_mode_name(mode), stage, d);
+    EXPECT_EQ(d, 0.0) << "the checkpoint is not the state of step 3";
   }
 }
 

@@ -4,6 +4,10 @@
 #include <cstdio>
 #include <cstring>
 
+#if defined(__x86_64__)
+#include <nmmintrin.h>
+#endif
+
 namespace tessera::checkpoint {
 
 namespace {
@@ -29,9 +33,7 @@ const Tables& tables() {
   return kTables;
 }
 
-}  // namespace
-
-uint32_t crc32c_extend(uint32_t crc, const void* data, size_t size) {
+uint32_t crc32c_software(uint32_t crc, const void* data, size_t size) {
   const auto& t = tables().t;
   const auto* p = static_cast<const uint8_t*>(data);
   uint32_t c = ~crc;
@@ -47,6 +49,41 @@ uint32_t crc32c_extend(uint32_t crc, const void* data, size_t size) {
   }
   while (size-- > 0) c = (c >> 8) ^ t[0][(c ^ *p++) & 0xff];
   return ~c;
+}
+
+#if defined(__x86_64__)
+// SSE4.2's crc32 instruction computes this very polynomial, 8 bytes per
+// instruction: several GB/s against the tables' 1-2, which matters once a
+// checkpoint of gigabytes is checksummed (twice: per tensor and per file).
+__attribute__((target("sse4.2"))) uint32_t crc32c_sse42(uint32_t crc, const void* data,
+                                                        size_t size) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  uint64_t c = ~crc;
+  while (size >= 8) {
+    uint64_t v;
+    std::memcpy(&v, p, 8);
+    c = _mm_crc32_u64(c, v);
+    p += 8;
+    size -= 8;
+  }
+  auto c32 = static_cast<uint32_t>(c);
+  while (size-- > 0) c32 = _mm_crc32_u8(c32, *p++);
+  return ~c32;
+}
+
+bool has_sse42() {
+  static const bool kHas = __builtin_cpu_supports("sse4.2");
+  return kHas;
+}
+#endif
+
+}  // namespace
+
+uint32_t crc32c_extend(uint32_t crc, const void* data, size_t size) {
+#if defined(__x86_64__)
+  if (has_sse42()) return crc32c_sse42(crc, data, size);
+#endif
+  return crc32c_software(crc, data, size);
 }
 
 std::string crc32c_hex(uint32_t crc) {

@@ -1,6 +1,7 @@
 // CRC-32C (Castagnoli), the checksum of checkpoint files: detects truncation and
-// flipped bits, not tampering. Software slicing-by-8, ~1-2 GB/s per core, so
-// checksumming costs far less than the fsync that follows. Thread-safe.
+// flipped bits, not tampering. SSE4.2's crc32 instruction where the CPU has it
+// (several GB/s per core), else software slicing-by-8 (~1-2 GB/s); both give
+// the same value. Thread-safe.
 #pragma once
 
 #include <cstddef>

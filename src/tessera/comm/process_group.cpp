@@ -90,6 +90,7 @@ const std::string& ProcessGroup::name() const { return impl_->options_.name; }
 std::string ProcessGroup::backend_name() const { return impl_->backend_name_; }
 const std::vector<int>& ProcessGroup::global_ranks() const { return impl_->global_ranks_; }
 std::chrono::milliseconds ProcessGroup::timeout() const { return impl_->options_.timeout; }
+std::shared_ptr<Store> ProcessGroup::store() const { return impl_->store_; }
 uint64_t ProcessGroup::sequence_number() const { return impl_->seq_.load(); }
 CommStats ProcessGroup::comm_stats() const { return impl_->comm_stats(); }
 

@@ -81,6 +81,11 @@ class ProcessGroup {
   std::string backend_name() const;
   const std::vector<int>& global_ranks() const;
   std::chrono::milliseconds timeout() const;
+  // This group's own key space in the job's store (its instance prefix), shared
+  // by its members and by nobody else: for side channels that must not use the
+  // group's collectives, such as a checkpoint committed by a background thread.
+  // Keys under "backend/" and "progress/" are the group's own.
+  std::shared_ptr<Store> store() const;
   // Sequence number of the last collective queued (0 before the first).
   uint64_t sequence_number() const;
   // Calls and bytes sent so far per op type by this rank (comm_stats.h); counted

@@ -483,13 +483,19 @@ Config Config::from_json(const json& j, const std::string& source) {
   if (j.contains("zero_optimization")) parse_zero(j["zero_optimization"], c.zero);
   if (j.contains("aio")) parse_aio(j["aio"], c.aio);
   if (j.contains("checkpoint")) {
-    // DeepSpeed's section; only its node-local storage key means anything here,
-    // and only its default: checkpoints need one directory every host sees.
-    check_known_keys(j["checkpoint"], {"use_node_local_storage"}, "checkpoint");
-    TS_CHECK_T(ConfigError, !read_bool(j["checkpoint"], "use_node_local_storage", "checkpoint", false),
+    // DeepSpeed's node-local storage key means something here only at its
+    // default: checkpoints need one directory every host sees.
+    const json& ck = j["checkpoint"];
+    check_known_keys(ck, {"use_node_local_storage", "async_mode", "keep_latest_k"}, "checkpoint");
+    TS_CHECK_T(ConfigError, !read_bool(ck, "use_node_local_storage", "checkpoint", false),
                "config 'checkpoint.use_node_local_storage': true is not supported; put the "
                "checkpoint directory on a filesystem every host mounts at the same path "
                "(docs/checkpoint.md#jobs-on-several-hosts)");
+    c.checkpoint.async_mode = checkpoint::parse_async_mode(
+        read_string(ck, "async_mode", "checkpoint", "disabled"), "checkpoint.async_mode");
+    c.checkpoint.keep_latest_k = read_int(ck, "keep_latest_k", "checkpoint", 2);
+    TS_CHECK_T(ConfigError, c.checkpoint.keep_latest_k >= 0, "config key 'checkpoint.keep_latest_k' "
+               "must be >= 0 (0 keeps every checkpoint), got ", c.checkpoint.keep_latest_k);
   }
   if (j.contains("activation_checkpointing")) {
     parse_activation_checkpointing(j["activation_checkpointing"], c.activation_checkpointing);

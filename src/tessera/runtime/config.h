@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "tessera/checkpoint/async_mode.h"
 #include "tessera/runtime/monitor/monitor_config.h"
 #include "tessera/runtime/profiling/flops_profiler_config.h"
 
@@ -209,6 +210,14 @@ struct CommsLoggerConfig {
   std::vector<std::string> prof_ops;
 };
 
+// The "checkpoint" section: DeepSpeed's use_node_local_storage (only its
+// default, false) and torchtitan's async_mode and keep_latest_k, which
+// `tessera train` applies to its checkpoints (docs/checkpoint.md).
+struct CheckpointConfig {
+  checkpoint::AsyncMode async_mode = checkpoint::AsyncMode::kDisabled;
+  int64_t keep_latest_k = 2;  // committed steps kept; 0 keeps every one
+};
+
 struct Config {
   // As written (0: absent); see resolve_batch().
   int64_t train_batch_size = 0;
@@ -229,6 +238,7 @@ struct Config {
   StallConfig stall;
   // DeepSpeed's "tensorboard" and "csv_monitor" sections (runtime/monitor/).
   MonitorConfig monitor;
+  CheckpointConfig checkpoint;
   FlopsProfilerConfig flops_profiler;  // DeepSpeed's "flops_profiler" (docs/observability.md)
   int64_t steps_per_print = 10;
   bool wall_clock_breakdown = false;

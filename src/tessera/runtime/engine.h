@@ -67,6 +67,7 @@
 #include "tessera/comm/process_group.h"
 #include "tessera/core/check.h"
 #include "tessera/core/trace.h"
+#include "tessera/runtime/checkpoint_saver.h"
 #include "tessera/runtime/config.h"
 #include "tessera/runtime/ddp/delayed_averaging.h"
 #include "tessera/runtime/ddp/distributed_data_parallel.h"
@@ -209,6 +210,19 @@ class Engine {
   // partial or corrupted checkpoint, another model or another optimizer type is
   // a CheckpointError on every rank naming the problem, with the engine intact.
   nlohmann::json load_checkpoint(const std::string& dir);
+  // Collective. The checkpoint save_checkpoint writes, written in the background
+  // (checkpoint.async_mode: runtime/checkpoint_saver.h): returns once this
+  // rank's state is copied into host buffers, and training may go on while the
+  // step is written and committed. Waits first for the previous save, whose
+  // failure is thrown here. mode kDisabled saves synchronously. Returns what the
+  // call blocked.
+  checkpoint::AsyncSaveTimes save_checkpoint_async(
+      const std::string& dir, const nlohmann::json& client_state = nlohmann::json::object(),
+      int keep_last = 0, checkpoint::AsyncMode mode = checkpoint::AsyncMode::kAsync);
+  // Blocks until the asynchronous save in flight is committed (nullopt: none in
+  // flight). CheckpointError if it failed. Call it before the end of training:
+  // the engine's destructor waits too, but can only log a failure.
+  std::optional<checkpoint::CompletedSave> wait_for_checkpoint();
 
   // The last completed wall_clock_breakdown window (steps == 0 before one ends).
   const WallClockBreakdown& wall_clock_breakdown() const { return breakdown_; }
@@ -268,6 +282,9 @@ class Engine {
   bool gradients_stay_local() const;
   // local_sgd: every rank's parameters := their average (collective).
   void average_parameters();
+  // What this rank contributes to a checkpoint of the current step.
+  checkpoint::CheckpointState checkpoint_state(const nlohmann::json& client_state);
+  CheckpointSaver& checkpoint_saver();
 
   // First, so destroyed last: the timeline closes after every member below has
   // finished communicating. Built in the constructor's body.
@@ -302,6 +319,9 @@ class Engine {
   bool last_step_skipped_ = false;
   int64_t parameter_averages_ = 0;
   std::unique_ptr<ddp::DelayedAveraging> delayed_;  // staleness 1, from its first step
+  // Last, so destroyed first: a save in flight commits while the group and the
+  // timeline are still there. Made at the first save.
+  std::unique_ptr<CheckpointSaver> checkpoint_saver_;
 };
 
 }  // namespace tessera::runtime

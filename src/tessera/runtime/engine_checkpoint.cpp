@@ -154,9 +154,32 @@ StagedZeroState stage_zero_state(const zero::ZeroDataParallel& z, torch::nn::Mod
 
 }  // namespace
 
+CheckpointSaver& Engine::checkpoint_saver() {
+  if (!checkpoint_saver_) checkpoint_saver_ = std::make_unique<CheckpointSaver>(group_);
+  return *checkpoint_saver_;
+}
+
 std::string Engine::save_checkpoint(const std::string& dir, const json& client_state,
                                     int keep_last) {
   trace::Scope span("save checkpoint", "checkpoint");
+  return checkpoint_saver().save(dir, global_steps_, checkpoint_state(client_state), keep_last);
+}
+
+checkpoint::AsyncSaveTimes Engine::save_checkpoint_async(const std::string& dir,
+                                                         const json& client_state, int keep_last,
+                                                         checkpoint::AsyncMode mode) {
+  trace::Scope span("snapshot checkpoint", "checkpoint");
+  return checkpoint_saver().save_async(dir, global_steps_, checkpoint_state(client_state),
+                                       keep_last, mode);
+}
+
+std::optional<checkpoint::CompletedSave> Engine::wait_for_checkpoint() {
+  if (!checkpoint_saver_) return std::nullopt;
+  trace::Scope span("wait for checkpoint", "checkpoint");
+  return checkpoint_saver_->wait();
+}
+
+checkpoint::CheckpointState Engine::checkpoint_state(const json& client_state) {
   synchronize_parameters();  // delayed averaging: save the model every rank agrees on
   checkpoint::CheckpointState state;
   if (zero_) {
@@ -183,14 +206,12 @@ std::string Engine::save_checkpoint(const std::string& dir, const json& client_s
                     {"skipped_steps", skipped_steps_},
                     {"client_state", client_state}};
   if (scaler_) state.metadata["loss_scaler"] = scaler_->state();
-  checkpoint::CheckpointWriterOptions options;
-  options.keep_last = keep_last;
-  checkpoint::CheckpointWriter writer(dir, checkpoint::make_group_coordinator(group_), options);
-  return writer.save(global_steps_, state);
+  return state;
 }
 
 json Engine::load_checkpoint(const std::string& dir) {
   trace::Scope span("load checkpoint", "checkpoint");
+  wait_for_checkpoint();  // a save in flight commits before anything is read
   synchronize_parameters();  // nothing in flight while the parameters are replaced
   auto coordinator = checkpoint::make_group_coordinator(group_);
   const std::string chosen = agree_on_step(dir, *coordinator);

@@ -11,8 +11,10 @@
 #include <cstdint>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
+#include "tessera/checkpoint/async_checkpoint_writer.h"
 #include "tessera/cli/commands/train_data.h"
 #include "tessera/cli/commands/train_settings.h"
 #include "tessera/comm/comm_stats.h"
@@ -45,7 +47,17 @@ class TrainBackend {
   virtual bool any_rank(bool local) = 0;
   // Held-out loss over `iters` micro-batches per replica (collective); -1 without held-out data.
   virtual double evaluate(TrainData& data, int64_t iters) = 0;
+  // Collective: a checkpoint of this step, committed when it returns.
   virtual void save(const std::string& dir, const nlohmann::json& client_state, int keep_last) = 0;
+  // Collective: a checkpoint of this step written in the background
+  // (checkpoint.async_mode; Engine::save_checkpoint_async). A backend without
+  // a background writer saves synchronously and reports it all as blocking.
+  virtual checkpoint::AsyncSaveTimes save_async(const std::string& dir,
+                                                const nlohmann::json& client_state, int keep_last,
+                                                checkpoint::AsyncMode mode);
+  // Blocks until a background save in flight is committed (nullopt: none);
+  // CheckpointError if it failed.
+  virtual std::optional<checkpoint::CompletedSave> wait_for_checkpoint() { return std::nullopt; }
   virtual nlohmann::json load(const std::string& dir) = 0;
   // Rank 0 prints a text sample of `length` bytes after `prompt` (collective).
   virtual void sample(const std::string& prompt, int64_t length, uint64_t seed) = 0;

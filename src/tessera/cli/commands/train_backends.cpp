@@ -5,12 +5,15 @@
 #include <cstdio>
 #include <limits>
 #include <sstream>
+#include <type_traits>
 #include <vector>
 
 #include "tessera/cli/commands/train_backend.h"
+#include "tessera/cli/commands/train_llama.h"
 #include "tessera/comm/init.h"
 #include "tessera/core/check.h"
 #include "tessera/core/env.h"
+#include "tessera/core/timer.h"
 #include "tessera/core/trace.h"
 #include "tessera/data/byte_text_dataset.h"
 #include "tessera/parallel/topology.h"
@@ -48,7 +51,7 @@ at::Tensor prompt_tensor(const std::string& p) {
   return prompt;
 }
 
-// DDP or ZeRO through the Engine; the model is the dense GPT on every rank.
+// DDP or ZeRO through the Engine; the model is dense on every rank.
 // TESSERA_TEST_GRAD_OVERFLOW: steps (1-based, comma-separated, or "all") at which
 // rank 0 backpropagates an infinite loss, to exercise fp16 overflow handling.
 struct OverflowSteps {
@@ -80,10 +83,23 @@ OverflowSteps parse_overflow_steps() {
   return o;
 }
 
+// The dense model on every rank: models::GPT, or models::Llama (train_llama.h).
+template <typename Model>
+Model build_model(const TrainSettings& s);
+template <>
+models::GPT build_model<models::GPT>(const TrainSettings& s) {
+  return models::GPT(s.model);
+}
+template <>
+models::Llama build_model<models::Llama>(const TrainSettings& s) {
+  return build_llama(s);
+}
+
+template <typename Model>
 class DataParallelBackend : public TrainBackend {
  public:
   DataParallelBackend(const runtime::Config& cfg, const TrainSettings& s)
-      : group_(default_group()), model_(s.model),
+      : group_(default_group()), model_(build_model<Model>(s)),
         engine_(initialize(model_, cfg, group_)),
         micro_(cfg.train_micro_batch_size_per_gpu), accum_(cfg.gradient_accumulation_steps),
         overflow_steps_(parse_overflow_steps()) {}
@@ -120,7 +136,7 @@ class DataParallelBackend : public TrainBackend {
     double sum = 0;
     for (int64_t i = 0; i < iters; ++i) {
       auto [x, y] = data.eval_batch(i, micro_);
-      sum += model_->loss(x, y).item<double>();
+      sum += model_->loss(x, y).template item<double>();
     }
     model_->train();
     return mean_over_job(sum / static_cast<double>(iters));
@@ -128,13 +144,23 @@ class DataParallelBackend : public TrainBackend {
   void save(const std::string& dir, const nlohmann::json& client, int keep_last) override {
     engine_.save_checkpoint(dir, client, keep_last);
   }
+  checkpoint::AsyncSaveTimes save_async(const std::string& dir, const nlohmann::json& client,
+                                        int keep_last, checkpoint::AsyncMode mode) override {
+    return engine_.save_checkpoint_async(dir, client, keep_last, mode);
+  }
+  std::optional<checkpoint::CompletedSave> wait_for_checkpoint() override {
+    return engine_.wait_for_checkpoint();
+  }
   nlohmann::json load(const std::string& dir) override { return engine_.load_checkpoint(dir); }
   void sample(const std::string& prompt, int64_t length, uint64_t seed) override {
     // Under ZeRO stage 3 the weights are sharded: every rank gathers them so
     // that rank 0 alone can sample.
-    if (engine_.zero_stage() == 3) engine_.zero().gather_all();
-    if (group_->rank() == 0) print_sample(model_->generate(prompt_tensor(prompt), length, 0.8, 0, seed));
-    if (engine_.zero_stage() == 3) engine_.zero().release_all();
+    if constexpr (std::is_same_v<Model, models::GPT>) {
+      if (engine_.zero_stage() == 3) engine_.zero().gather_all();
+      if (group_->rank() == 0)
+        print_sample(model_->generate(prompt_tensor(prompt), length, 0.8, 0, seed));
+      if (engine_.zero_stage() == 3) engine_.zero().release_all();
+    }  // the Llama has no sampler: train_command asks only the GPT for text
   }
 
   int64_t global_steps() const override { return engine_.global_steps(); }
@@ -152,7 +178,7 @@ class DataParallelBackend : public TrainBackend {
 
  private:
   std::shared_ptr<comm::ProcessGroup> group_;
-  models::GPT model_;
+  Model model_;
   runtime::Engine engine_;
   int64_t micro_, accum_;
   OverflowSteps overflow_steps_;
@@ -185,6 +211,13 @@ class ModelParallelBackend : public TrainBackend {
   void save(const std::string& dir, const nlohmann::json& client, int keep_last) override {
     engine_.save_checkpoint(dir, client, keep_last);
   }
+  checkpoint::AsyncSaveTimes save_async(const std::string& dir, const nlohmann::json& client,
+                                        int keep_last, checkpoint::AsyncMode mode) override {
+    return engine_.save_checkpoint_async(dir, client, keep_last, mode);
+  }
+  std::optional<checkpoint::CompletedSave> wait_for_checkpoint() override {
+    return engine_.wait_for_checkpoint();
+  }
   nlohmann::json load(const std::string& dir) override { return engine_.load_checkpoint(dir); }
   void sample(const std::string&, int64_t, uint64_t) override {
     if (rank() == 0) {
@@ -215,6 +248,9 @@ class ModelParallelBackend : public TrainBackend {
 }  // namespace
 
 DataShard check_train_layout(runtime::Config& cfg, const TrainSettings& s, int world, int rank) {
+  // A Llama under tensor or pipeline parallelism was refused with the settings.
+  TS_INTERNAL_ASSERT(!(s.is_llama() && cfg.model_parallel.enabled()),
+                     "llama with model parallelism");
   if (!cfg.model_parallel.enabled()) {
     cfg.resolve_batch(world);
     return {world, rank};
@@ -225,10 +261,21 @@ DataShard check_train_layout(runtime::Config& cfg, const TrainSettings& s, int w
   return {dp, t.coord(rank).dp};
 }
 
+checkpoint::AsyncSaveTimes TrainBackend::save_async(const std::string& dir,
+                                                    const nlohmann::json& client_state,
+                                                    int keep_last, checkpoint::AsyncMode) {
+  Stopwatch clock;
+  save(dir, client_state, keep_last);
+  checkpoint::AsyncSaveTimes times;
+  times.snapshot_seconds = clock.seconds();
+  return times;
+}
+
 std::unique_ptr<TrainBackend> make_train_backend(const runtime::Config& cfg, const TrainSettings& s) {
   join_job(cfg);
   if (cfg.model_parallel.enabled()) return std::make_unique<ModelParallelBackend>(cfg, s);
-  return std::make_unique<DataParallelBackend>(cfg, s);
+  if (s.is_llama()) return std::make_unique<DataParallelBackend<models::Llama>>(cfg, s);
+  return std::make_unique<DataParallelBackend<models::GPT>>(cfg, s);
 }
 
 }  // namespace tessera::cli

@@ -1,7 +1,7 @@
-// tessera train: trains a GPT with the data-parallel Engine, or with tensor and
-// pipeline parallelism too when the config sets tensor_model_parallel_size or
-// pipeline_model_parallel_size (train_backend.h), in every worker of a job
-// (`tessera run -n 2 tessera train --config gpt.json`) or alone.
+// tessera train: trains a GPT (or a Llama: train_llama.h) with the data-parallel
+// Engine, or with tensor and pipeline parallelism too when the config sets
+// tensor_model_parallel_size or pipeline_model_parallel_size (train_backend.h),
+// in every worker of a job (`tessera run -n 2 tessera train --config gpt.json`) or alone.
 //
 // Rank 0 prints a progress line (step, loss, lr, tokens/s, TFLOP/s and MFU per
 // rank: train_flops.h, ETA), evaluates on the
@@ -9,7 +9,8 @@
 // (and to the TensorBoard and CSV monitors the config enables: train_monitor.h),
 // checkpoints every train.checkpoint_interval steps and at the end (out_dir/
 // step_<N> in the checkpoint module's layout, out_dir/latest naming the newest
-// complete one, the two newest kept), and prints a generated text sample and
+// complete one, checkpoint.keep_latest_k newest kept, written in the background
+// with checkpoint.async_mode), and prints a generated text sample and
 // draws out_dir/loss.svg (loss_plot.h) at the end. --resume continues from
 // out_dir/latest: model, optimizer, schedule, step, RNG and the sampler's position.
 // Every config problem (unknown key, batch arithmetic, missing data, bad sizes)
@@ -34,6 +35,7 @@
 #include "tessera/cli/commands/train_data.h"
 #include "tessera/cli/commands/train_digits.h"
 #include "tessera/cli/commands/train_flops.h"
+#include "tessera/cli/commands/train_llama.h"
 #include "tessera/cli/commands/train_monitor.h"
 #include "tessera/cli/commands/train_settings.h"
 #include "tessera/checkpoint/checkpoint_reader.h"
@@ -125,14 +127,33 @@ nlohmann::json memory_record(const TrainBackend& backend, int64_t step) {
           {"peak_rss_bytes", m.peak_rss_bytes}};
 }
 
-// Keeps the two newest checkpoints: the one just written and one to fall back to.
-constexpr int kKeepCheckpoints = 2;
-
-void save(TrainBackend& backend, TrainData& data, const std::string& out_dir) {
+// Saves this step's checkpoint, keeping checkpoint.keep_latest_k of them. With
+// checkpoint.async_mode the save goes on in the background while training
+// continues, except a final one (the last step, a preemption): that one is
+// synchronous, so the run never ends with a checkpoint still being written.
+// Rank 0 logs what the save blocked, and what an earlier background write took
+// once it is committed.
+void save(TrainBackend& backend, TrainData& data, const std::string& out_dir,
+          const runtime::CheckpointConfig& policy, bool final_save, MetricsLog& metrics) {
   const auto& sampler = data.sampler();
-  backend.save(out_dir,
-               {{"sampler", sampler.state().to_json()}, {"sampler_world", sampler.num_replicas()}},
-               kKeepCheckpoints);
+  const nlohmann::json client = {{"sampler", sampler.state().to_json()},
+                                 {"sampler_world", sampler.num_replicas()}};
+  const int keep = static_cast<int>(policy.keep_latest_k);
+  const int64_t step = backend.global_steps();
+  Stopwatch blocked;
+  if (auto done = backend.wait_for_checkpoint()) {
+    metrics.write({{"step", done->step}, {"checkpoint_write_s", done->write_seconds}});
+  }
+  const bool background = policy.async_mode != checkpoint::AsyncMode::kDisabled && !final_save;
+  if (background) {
+    backend.save_async(out_dir, client, keep, policy.async_mode);
+  } else {
+    backend.save(out_dir, client, keep);
+  }
+  metrics.write(
+      {{"step", step},
+       {"checkpoint_blocking_s", blocked.seconds()},
+       {"checkpoint_mode", background ? checkpoint::async_mode_name(policy.async_mode) : "sync"}});
 }
 
 // TESSERA_TEST_KILL_AT_STEP=R:S: rank R SIGKILLs itself after step S (and its
@@ -175,7 +196,10 @@ int train_command(const Args& args) {
   if (f.bf16) cfg.precision.dtype = "bf16";
   if (f.fp16) cfg.precision.dtype = "fp16";
   TrainSettings s = TrainSettings::from_config(cfg);
-  if (!cfg.optimizer.weight_decay_exclude_set) cfg.optimizer.weight_decay_exclude = gpt_no_weight_decay();
+  if (!cfg.optimizer.weight_decay_exclude_set) {
+    cfg.optimizer.weight_decay_exclude =
+        s.is_llama() ? llama_no_weight_decay() : gpt_no_weight_decay();
+  }
   if (f.steps > 0) s.steps = f.steps;
   if (!f.out.empty()) s.out_dir = f.out;
   const LaunchInfo launch = LaunchInfo::from_env();
@@ -224,15 +248,15 @@ int train_command(const Args& args) {
   const int64_t accum = cfg.gradient_accumulation_steps;
   const int64_t tokens_per_step = cfg.train_batch_size * s.model.block_size;
   if (rank0) {
-    std::printf("tessera train: GPT %lld params (%lld layers, %lld embd), %d ranks (%s), batch %lld "
-                "(micro %lld x accumulation %lld x data parallel %d), %lld steps, data %s "
-                "(%lld tokens)\n",
-                static_cast<long long>(backend->num_parameters()),
-                static_cast<long long>(s.model.n_layer), static_cast<long long>(s.model.n_embd),
-                backend->world(), backend->describe().c_str(),
-                static_cast<long long>(cfg.train_batch_size), static_cast<long long>(micro),
-                static_cast<long long>(accum), shard.replicas, static_cast<long long>(s.steps),
-                s.data_path.c_str(), static_cast<long long>(data.train().num_tokens()));
+    std::printf(
+        "tessera train: %s, %d ranks (%s), batch %lld "
+        "(micro %lld x accumulation %lld x data parallel %d), %lld steps, data %s "
+        "(%lld tokens)\n",
+        s.describe_model(backend->num_parameters()).c_str(), backend->world(),
+        backend->describe().c_str(), static_cast<long long>(cfg.train_batch_size),
+        static_cast<long long>(micro), static_cast<long long>(accum), shard.replicas,
+        static_cast<long long>(s.steps), s.data_path.c_str(),
+        static_cast<long long>(data.train().num_tokens()));
   }
   if (rank0) log_memory(*backend, "at startup");
   TrainFlops flops(cfg, s, backend->world(), rank0);  // FLOP/s, MFU, flops_profiler
@@ -298,12 +322,15 @@ int train_command(const Args& args) {
       }
     }
     const bool due = (s.checkpoint_interval > 0 && step % s.checkpoint_interval == 0) || last;
-    if (due) save(*backend, data, s.out_dir);
+    if (due) save(*backend, data, s.out_dir, cfg.checkpoint, last, metrics);
     // Preemption: every rank stops after the same step once any rank got SIGTERM
     // or SIGINT, with a checkpoint of that step.
     if (!last && backend->any_rank(PreemptionGuard::received() != 0)) {
       const int sig = PreemptionGuard::received() != 0 ? PreemptionGuard::received() : SIGTERM;
-      if (s.checkpoint_on_preempt && !due) save(*backend, data, s.out_dir);
+      if (s.checkpoint_on_preempt && !due) {
+        save(*backend, data, s.out_dir, cfg.checkpoint, true, metrics);
+      }
+      backend->wait_for_checkpoint();  // a background save of this step commits before the exit
       if (rank0) {
         std::printf("%spreempted (%s) after step %lld: %s\n", tty ? "\n" : "",
                     sig == SIGINT ? "SIGINT" : "SIGTERM", static_cast<long long>(step),
@@ -323,7 +350,7 @@ int train_command(const Args& args) {
       std::raise(SIGKILL);  // test hook: a worker lost mid-run, on the first attempt only
     }
   }
-  if (s.sample_length > 0 && s.model.vocab_size == 256) {
+  if (s.sample_length > 0 && s.model.vocab_size == 256 && !s.is_llama()) {
     backend->sample(s.sample_prompt, s.sample_length, cfg.seed);
   }
   if (rank0) write_run_plot(s.out_dir, s.metrics);

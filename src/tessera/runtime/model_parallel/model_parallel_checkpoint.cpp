@@ -133,6 +133,22 @@ StagedOptimizerState ModelParallelEngine::stage_sharded_state(const checkpoint::
 
 std::string ModelParallelEngine::save_checkpoint(const std::string& dir, const json& client_state,
                                                  int keep_last) {
+  return checkpoint_saver_.save(dir, global_steps_, checkpoint_state(client_state), keep_last);
+}
+
+checkpoint::AsyncSaveTimes ModelParallelEngine::save_checkpoint_async(const std::string& dir,
+                                                                      const json& client_state,
+                                                                      int keep_last,
+                                                                      checkpoint::AsyncMode mode) {
+  return checkpoint_saver_.save_async(dir, global_steps_, checkpoint_state(client_state), keep_last,
+                                      mode);
+}
+
+std::optional<checkpoint::CompletedSave> ModelParallelEngine::wait_for_checkpoint() {
+  return checkpoint_saver_.wait();
+}
+
+checkpoint::CheckpointState ModelParallelEngine::checkpoint_state(const json& client_state) {
   checkpoint::CheckpointState state;
   const int tp_rank = mesh_.coord().tp, tp_size = mesh_.topology().tp();
   const auto opt = whole_optimizer_state();  // collective over dp under ZeRO-1
@@ -180,14 +196,11 @@ std::string ModelParallelEngine::save_checkpoint(const std::string& dir, const j
                     {"optimizer", optimizer_type_name(*optimizer_)},
                     {"scheduler", config_.scheduler.type},
                     {"client_state", client_state}};
-  checkpoint::CheckpointWriterOptions options;
-  options.keep_last = keep_last;
-  checkpoint::CheckpointWriter writer(dir, checkpoint::make_group_coordinator(mesh_.world()),
-                                      options);
-  return writer.save(global_steps_, state);
+  return state;
 }
 
 json ModelParallelEngine::load_checkpoint(const std::string& dir) {
+  checkpoint_saver_.wait();  // a save in flight commits before anything is read
   auto coordinator = checkpoint::make_group_coordinator(mesh_.world());
   const std::string chosen = agree_on_step(dir, *coordinator);
   const int tp_rank = mesh_.coord().tp, tp_size = mesh_.topology().tp();

@@ -49,6 +49,7 @@
 
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -57,6 +58,7 @@
 #include "tessera/parallel/pipeline/gpt_pipeline_stage.h"
 #include "tessera/parallel/pipeline/pipeline_executor.h"
 #include "tessera/parallel/process_mesh.h"
+#include "tessera/runtime/checkpoint_saver.h"
 #include "tessera/runtime/config.h"
 #include "tessera/runtime/engine.h"
 #include "tessera/runtime/lr_schedules.h"
@@ -97,6 +99,12 @@ class ModelParallelEngine {
   // and read on every rank before anything changes; CheckpointError on every
   // rank naming the problem otherwise. Returns the client state.
   nlohmann::json load_checkpoint(const std::string& dir);
+  // Collective. The same checkpoint written in the background, and waiting for
+  // it: Engine::save_checkpoint_async and Engine::wait_for_checkpoint.
+  checkpoint::AsyncSaveTimes save_checkpoint_async(
+      const std::string& dir, const nlohmann::json& client_state = nlohmann::json::object(),
+      int keep_last = 0, checkpoint::AsyncMode mode = checkpoint::AsyncMode::kAsync);
+  std::optional<checkpoint::CompletedSave> wait_for_checkpoint();
 
   int64_t global_steps() const { return global_steps_; }
   double lr() const;
@@ -131,6 +139,9 @@ class ModelParallelEngine {
   checkpoint::NamedTensors whole_optimizer_state();
   // ZeRO-1: this rank's shard of each unit's state from whole per-parameter state.
   StagedOptimizerState stage_sharded_state(const checkpoint::NamedTensors& whole);
+  // What this rank contributes to a checkpoint of the current step (collective
+  // over dp under ZeRO-1, over tp for column-sliced tensors).
+  checkpoint::CheckpointState checkpoint_state(const nlohmann::json& client_state);
 
   // First, so destroyed last (after everything that communicates); set in the body.
   std::unique_ptr<Observability> observability_;
@@ -148,6 +159,8 @@ class ModelParallelEngine {
   int64_t global_steps_ = 0;
   int64_t num_parameters_ = 0;
   double last_grad_norm_ = 0;
+  // Last, so destroyed first: a save in flight commits while the groups are up.
+  CheckpointSaver checkpoint_saver_{mesh_.world()};
 };
 
 }  // namespace tessera::runtime
