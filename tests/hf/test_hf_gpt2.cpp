@@ -17,7 +17,7 @@
 #include "tessera/runtime/hf/hf_checkpoint.h"
 #include "testing/files.h"
 #include "testing/subprocess.h"
-#include "hf_test_edit.h"
+#include "hf_test_util.h"
 
 namespace tessera::runtime::hf {
 namespace {
@@ -27,18 +27,7 @@ using checkpoint::SafetensorsFile;
 
 constexpr double kTolerance = 1e-4;
 
-// Runs gpt2_interop.py with `args`; fails the test (never skips) when
-// transformers cannot be imported or the script reports a mismatch.
-void run_interop(const std::string& args) {
-  const std::string problem = testing::python_import_problem("transformers, safetensors");
-  ASSERT_TRUE(problem.empty()) << problem;
-  auto r = testing::run_command(testing::python_bin() + " " +
-                                    testing::source_path("tests/hf/gpt2_interop.py") + " " + args +
-                                    " 2>&1",
-                                240);
-  ASSERT_EQ(r.exit_code, 0) << "gpt2_interop.py " << args << " failed:\n" << r.output;
-  std::cout << r.output;
-}
+void run_interop(const std::string& args) { test::run_interop("gpt2_interop.py", args); }
 
 // The reference checkpoints, made once for the whole suite.
 class HfGpt2 : public ::testing::Test {

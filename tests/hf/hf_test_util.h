@@ -1,10 +1,12 @@
-// Helpers of the Hugging Face import tests: rewrite a saved model directory's
-// config.json or model.safetensors, and check that an import refuses it.
+// Helpers of the Hugging Face import tests: run an interop script of tests/hf,
+// rewrite a saved model directory's config.json or model.safetensors, and check
+// that an import refuses it.
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <iostream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
@@ -13,8 +15,23 @@
 #include "tessera/checkpoint/safetensors.h"
 #include "tessera/core/error.h"
 #include "testing/files.h"
+#include "testing/subprocess.h"
 
 namespace tessera::runtime::hf::test {
+
+// Runs tests/hf/`script` with `args` in the venv's Python; fails the test
+// (never skips) when transformers cannot be imported or the script reports a
+// mismatch. Its output goes to the test's log.
+inline void run_interop(const std::string& script, const std::string& args) {
+  const std::string problem = testing::python_import_problem("transformers, safetensors");
+  ASSERT_TRUE(problem.empty()) << problem;
+  auto r = testing::run_command(testing::python_bin() + " " +
+                                    testing::source_path("tests/hf/" + script) + " " + args +
+                                    " 2>&1",
+                                240);
+  ASSERT_EQ(r.exit_code, 0) << script << " " << args << " failed:\n" << r.output;
+  std::cout << r.output;
+}
 
 // load(dir) must throw a CheckpointError whose message has every `needle`.
 template <typename Load>
