@@ -28,6 +28,12 @@ TEST(Crc32c, KnownVectorAndIncremental) {
   uint32_t parts = crc32c_extend(crc32c(big.data(), 1234), big.data() + 1234, big.size() - 1234);
   EXPECT_EQ(whole, parts);
   EXPECT_EQ(crc32c_hex(0xE3069283u), "e3069283");
+  // Combining the checksums of two parts gives the checksum of the whole.
+  for (size_t split : {size_t{0}, size_t{1}, size_t{7}, size_t{1234}, big.size() - 1, big.size()}) {
+    const uint32_t a = crc32c(big.data(), split);
+    const uint32_t b = crc32c(big.data() + split, big.size() - split);
+    EXPECT_EQ(crc32c_combine(a, b, big.size() - split), whole) << "split at " << split;
+  }
 }
 
 TEST(Checkpoint, RoundTripOneProcess) {

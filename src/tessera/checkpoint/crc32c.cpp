@@ -86,6 +86,45 @@ uint32_t crc32c_extend(uint32_t crc, const void* data, size_t size) {
   return crc32c_software(crc, data, size);
 }
 
+namespace {
+
+// Combining two checksums (zlib's crc32_combine, for this polynomial): appending
+// len2 bytes to a message multiplies its CRC register by x^(8 len2) over GF(2),
+// a linear map applied here as 32x32 bit matrices squared once per bit of len2.
+uint32_t gf2_times(const uint32_t* matrix, uint32_t vec) {
+  uint32_t sum = 0;
+  for (int i = 0; vec != 0; ++i, vec >>= 1) {
+    if (vec & 1) sum ^= matrix[i];
+  }
+  return sum;
+}
+
+void gf2_square(uint32_t* square, const uint32_t* matrix) {
+  for (int n = 0; n < 32; ++n) square[n] = gf2_times(matrix, matrix[n]);
+}
+
+}  // namespace
+
+uint32_t crc32c_combine(uint32_t crc1, uint32_t crc2, uint64_t len2) {
+  if (len2 == 0) return crc1;
+  uint32_t even[32], odd[32];
+  odd[0] = 0x82F63B78u;  // the operator for one zero bit
+  for (int n = 1; n < 32; ++n) odd[n] = 1u << (n - 1);
+  gf2_square(even, odd);  // two zero bits
+  gf2_square(odd, even);  // four zero bits
+  // Apply len2 zero bytes to crc1, one bit of len2 at a time.
+  do {
+    gf2_square(even, odd);
+    if (len2 & 1) crc1 = gf2_times(even, crc1);
+    len2 >>= 1;
+    if (len2 == 0) break;
+    gf2_square(odd, even);
+    if (len2 & 1) crc1 = gf2_times(odd, crc1);
+    len2 >>= 1;
+  } while (len2 != 0);
+  return crc1 ^ crc2;
+}
+
 std::string crc32c_hex(uint32_t crc) {
   char buf[9];
   std::snprintf(buf, sizeof(buf), "%08x", crc);

@@ -91,6 +91,7 @@ WrittenFile write_tensor_file(const std::string& path,
                               const std::vector<TensorPiece>& pieces, bool do_fsync) {
   WrittenFile out;
   std::vector<at::Tensor> cpu;
+  std::vector<uint32_t> crcs;  // each tensor's checksum, read once for the file's too
   std::set<std::string> names;
   // A file may hold several pieces of one tensor (a tensor-parallel slice of
   // [q; k; v] is three ranges), each at its own offset.
@@ -115,7 +116,8 @@ WrittenFile write_tensor_file(const std::string& path,
     e.dtype = c10::toString(t.scalar_type());
     e.shape = t.sizes().vec();
     e.nbytes = static_cast<uint64_t>(cpu.back().numel()) * cpu.back().element_size();
-    e.crc32c = crc32c_hex(crc32c(cpu.back().data_ptr(), e.nbytes));
+    crcs.push_back(crc32c(cpu.back().data_ptr(), e.nbytes));
+    e.crc32c = crc32c_hex(crcs.back());
     out.tensors.push_back(e);
   };
   for (const auto& [name, t] : tensors) add(name, t, name);
@@ -180,7 +182,7 @@ WrittenFile write_tensor_file(const std::string& path,
             pos = e.offset;
           }
           write(cpu[i].data_ptr(), e.nbytes);
-          crc = crc32c_extend(crc, cpu[i].data_ptr(), e.nbytes);
+          crc = crc32c_combine(crc, crcs[i], e.nbytes);
           pos += e.nbytes;
         }
         out.size = pos;
