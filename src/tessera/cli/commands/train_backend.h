@@ -50,14 +50,14 @@ class TrainBackend {
   // Collective: a checkpoint of this step, committed when it returns.
   virtual void save(const std::string& dir, const nlohmann::json& client_state, int keep_last) = 0;
   // Collective: a checkpoint of this step written in the background
-  // (checkpoint.async_mode; Engine::save_checkpoint_async). A backend without
-  // a background writer saves synchronously and reports it all as blocking.
+  // (checkpoint.async_mode; Engine::save_checkpoint_async); mode kDisabled
+  // saves synchronously and reports it all as blocking.
   virtual checkpoint::AsyncSaveTimes save_async(const std::string& dir,
                                                 const nlohmann::json& client_state, int keep_last,
-                                                checkpoint::AsyncMode mode);
+                                                checkpoint::AsyncMode mode) = 0;
   // Blocks until a background save in flight is committed (nullopt: none);
   // CheckpointError if it failed.
-  virtual std::optional<checkpoint::CompletedSave> wait_for_checkpoint() { return std::nullopt; }
+  virtual std::optional<checkpoint::CompletedSave> wait_for_checkpoint() = 0;
   virtual nlohmann::json load(const std::string& dir) = 0;
   // Rank 0 prints a text sample of `length` bytes after `prompt` (collective).
   virtual void sample(const std::string& prompt, int64_t length, uint64_t seed) = 0;

@@ -13,7 +13,6 @@
 #include "tessera/comm/init.h"
 #include "tessera/core/check.h"
 #include "tessera/core/env.h"
-#include "tessera/core/timer.h"
 #include "tessera/core/trace.h"
 #include "tessera/data/byte_text_dataset.h"
 #include "tessera/parallel/topology.h"
@@ -259,16 +258,6 @@ DataShard check_train_layout(runtime::Config& cfg, const TrainSettings& s, int w
   const auto& mp = cfg.model_parallel;
   const parallel::Topology t(world, mp.tensor_model_parallel_size, mp.pipeline_model_parallel_size);
   return {dp, t.coord(rank).dp};
-}
-
-checkpoint::AsyncSaveTimes TrainBackend::save_async(const std::string& dir,
-                                                    const nlohmann::json& client_state,
-                                                    int keep_last, checkpoint::AsyncMode) {
-  Stopwatch clock;
-  save(dir, client_state, keep_last);
-  checkpoint::AsyncSaveTimes times;
-  times.snapshot_seconds = clock.seconds();
-  return times;
 }
 
 std::unique_ptr<TrainBackend> make_train_backend(const runtime::Config& cfg, const TrainSettings& s) {

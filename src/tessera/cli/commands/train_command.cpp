@@ -144,16 +144,13 @@ void save(TrainBackend& backend, TrainData& data, const std::string& out_dir,
   if (auto done = backend.wait_for_checkpoint()) {
     metrics.write({{"step", done->step}, {"checkpoint_write_s", done->write_seconds}});
   }
-  const bool background = policy.async_mode != checkpoint::AsyncMode::kDisabled && !final_save;
-  if (background) {
-    backend.save_async(out_dir, client, keep, policy.async_mode);
-  } else {
-    backend.save(out_dir, client, keep);
-  }
-  metrics.write(
-      {{"step", step},
-       {"checkpoint_blocking_s", blocked.seconds()},
-       {"checkpoint_mode", background ? checkpoint::async_mode_name(policy.async_mode) : "sync"}});
+  const auto mode = final_save ? checkpoint::AsyncMode::kDisabled : policy.async_mode;
+  backend.save_async(out_dir, client, keep, mode);
+  metrics.write({{"step", step},
+                 {"checkpoint_blocking_s", blocked.seconds()},
+                 {"checkpoint_mode", mode == checkpoint::AsyncMode::kDisabled
+                                         ? "sync"
+                                         : checkpoint::async_mode_name(mode)}});
 }
 
 // TESSERA_TEST_KILL_AT_STEP=R:S: rank R SIGKILLs itself after step S (and its

@@ -13,10 +13,6 @@ namespace {
 const std::string kPrefix = "transformer.";
 const std::string kLmHead = "lm_head.weight";
 
-bool ends_with(const std::string& s, const std::string& tail) {
-  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-}
-
 // Fields that shape the weights or the forward must agree; bias is handled per
 // tensor (a bias-free model takes a checkpoint whose biases are all zero).
 void check_config_matches(const models::GPTConfig& have, const models::GPTConfig& file,

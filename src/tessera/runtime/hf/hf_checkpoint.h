@@ -33,6 +33,13 @@ inline constexpr const char* kSafetensorsFile = "model.safetensors";
 inline constexpr const char* kSafetensorsIndexFile = "model.safetensors.index.json";
 inline constexpr const char* kConfigFile = "config.json";
 
+// Whether a tensor name ends with `tail` (".attn.bias"): how the importers
+// recognise the buffers a Hugging Face file holds beside the weights.
+inline bool ends_with(const std::string& name, const std::string& tail) {
+  return name.size() >= tail.size() &&
+         name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
+}
+
 class HfCheckpoint {
  public:
   // Opens `dir`'s index when it has one (every shard it names must exist, and

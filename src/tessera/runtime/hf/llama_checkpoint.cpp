@@ -11,10 +11,6 @@ namespace {
 
 const std::string kLmHead = "lm_head.weight";
 
-bool ends_with(const std::string& s, const std::string& tail) {
-  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-}
-
 // Every field that shapes the weights or the forward must agree.
 void check_config_matches(const models::LlamaConfig& have, const models::LlamaConfig& file,
                           const std::string& dir) {
