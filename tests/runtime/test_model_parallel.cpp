@@ -12,6 +12,7 @@
 #include <mutex>
 
 #include "tessera/checkpoint/checkpoint_reader.h"
+#include "tessera/checkpoint/safetensors.h"
 #include "tessera/checkpoint/sharded_tensors.h"
 #include "tessera/models/gpt.h"
 #include "tessera/parallel/tensor/tp_gpt.h"
@@ -343,6 +344,22 @@ TEST(ModelParallelEngine, CheckpointsReshardBetweenTp2Pp2AndDp4) {
   for (const auto& p : dense->named_parameters()) {
     EXPECT_EQ(at::IntArrayRef(all.info("model." + p.key()).shape), p.value().sizes()) << p.key();
     EXPECT_TRUE(all.contains("optim." + p.key() + ".exp_avg")) << p.key();
+  }
+}
+
+// DeepSpeed's stage3_gather_16bit_weights_on_model_save at tp2·pp2: the save
+// also holds the dense model, assembled from every rank's slices.
+TEST(ModelParallelEngine, GatheredWeightsOnModelSaveHoldTheDenseModel) {
+  testing::TempDir tmp("mp_gather16");
+  Params dense;
+  const std::string gather =
+      R"("zero_optimization": {"stage3_gather_16bit_weights_on_model_save": true}, )";
+  train_mp(2, 2, 0, 2, &dense, "", tmp.path(), 2, gather);
+  auto file = checkpoint::SafetensorsFile::open(tmp.path() + "/step_2/model.safetensors");
+  ASSERT_EQ(file.names().size(), dense.size());
+  for (const auto& [name, t] : dense) {
+    ASSERT_TRUE(file.contains(name)) << name;
+    EXPECT_TRUE(file.tensor(name).equal(t)) << name;
   }
 }
 

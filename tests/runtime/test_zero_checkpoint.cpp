@@ -11,6 +11,8 @@
 #include <mutex>
 
 #include "tessera/checkpoint/checkpoint_reader.h"
+#include "tessera/checkpoint/model_export.h"
+#include "tessera/checkpoint/safetensors.h"
 #include "tessera/checkpoint/sharded_tensors.h"
 #include "tessera/models/gpt.h"
 #include "tessera/runtime/engine.h"
@@ -152,6 +154,56 @@ TEST(ZeroCheckpoint, DataParallelCheckpointLoadsIntoStageThree) {
   const double d = max_diff(train({4, 3, dir.path() + "/step_2", 2, "", 0}), straight);
   std::printf("[zero ckpt] saved at 2 ranks stage 0, resumed at 4 ranks stage 3: %.3g\n", d);
   EXPECT_LE(d, 1e-5);
+}
+
+// DeepSpeed's stage3_gather_16bit_weights_on_model_save: each save, synchronous
+// or in the background, also holds the whole model in one safetensors file.
+TEST(ZeroCheckpoint, GatheredWeightsOnModelSaveHoldTheWholeModel) {
+  tessera::testing::TempDir dir("zero_gather16");
+  Params final_params;
+  tessera::testing::run_ranks(2, [&](int rank, int size, auto store) {
+    at::set_num_threads(1);
+    auto group = tessera::testing::make_group(rank, size, store, "gloo", 60);
+    models::GPT model(testing::zero_test_gpt());
+    Config config = zero_config(3);
+    config.zero.gather_16bit_weights_on_model_save = true;
+    Engine engine = tessera::initialize(model, config, group);
+    for (int64_t s = 0; s < 3; ++s) {
+      if (s == 2) engine.save_checkpoint(dir.path());
+      for (int m = 0; m < 2; ++m) {
+        auto [x, y] = batch(s, m, rank, size);
+        engine.backward(model->loss(x, y));
+        engine.step();
+      }
+    }
+    engine.save_checkpoint_async(dir.path(), nlohmann::json::object(), 0,
+                                 checkpoint::AsyncMode::kAsync);
+    EXPECT_TRUE(engine.wait_for_checkpoint().has_value());
+    engine.zero().gather_all();
+    if (rank == 0) {
+      for (auto& p : model->named_parameters()) final_params[p.key()] = p.value().detach().clone();
+    }
+    engine.zero().release_all();
+  });
+  ASSERT_TRUE(fs::exists(dir.path() + "/step_2/model.safetensors"));
+  auto file = checkpoint::SafetensorsFile::open(dir.path() + "/step_3/model.safetensors");
+  EXPECT_EQ(file.metadata().at("step"), "3");
+  ASSERT_EQ(file.names().size(), final_params.size());
+  for (const auto& [name, t] : final_params) {
+    ASSERT_TRUE(file.contains(name)) << name;
+    EXPECT_EQ(file.tensor(name).scalar_type(), at::kFloat) << "training in float32";
+    EXPECT_TRUE(file.tensor(name).equal(t)) << name << " is not the gathered parameter";
+  }
+  // The 16-bit export of a bf16 run, from the same sharded step.
+  checkpoint::export_model_safetensors(dir.path() + "/step_3", "model.", at::kBFloat16);
+  auto half = checkpoint::SafetensorsFile::open(dir.path() + "/step_3/model.safetensors");
+  for (const auto& [name, t] : final_params) {
+    EXPECT_TRUE(half.tensor(name).equal(t.to(at::kBFloat16))) << name;
+  }
+  Config bf16 = Config::from_string(R"({"train_batch_size": 8, "bf16": {"enabled": true},
+      "zero_optimization": {"stage": 3, "stage3_gather_16bit_weights_on_model_save": true}})");
+  EXPECT_EQ(model_export_dtype(bf16), at::kBFloat16);
+  EXPECT_EQ(model_export_dtype(zero_config(3)), std::nullopt);
 }
 
 // Every rank of a 2-rank stage-2 engine tries to load `step_dir`; each must get a

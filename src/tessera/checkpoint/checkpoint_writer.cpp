@@ -12,6 +12,7 @@
 
 #include "tessera/checkpoint/checkpoint_reader.h"
 #include "tessera/checkpoint/crc32c.h"
+#include "tessera/checkpoint/model_export.h"
 #include "tessera/checkpoint/tensor_file.h"
 #include "tessera/core/atomic_file.h"
 #include "tessera/core/check.h"
@@ -170,6 +171,20 @@ void CheckpointWriter::check_directory_is_shared() {
   directory_checked_ = true;
 }
 
+void CheckpointWriter::export_model(const std::string& sdir, int64_t step) {
+  std::string error;
+  if (coordinator_->rank() == 0) {
+    try {
+      export_model_safetensors(sdir, options_.export_model_prefix, *options_.export_model_dtype);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  auto outcome = coordinator_->all_gather(error);
+  TS_CHECK_T(CheckpointError, outcome[0].empty(), "checkpoint step ", step, " is committed, "
+             "but rank 0 could not write its whole model (", kModelExportName, "): ", outcome[0]);
+}
+
 std::string CheckpointWriter::save(int64_t step, const CheckpointState& state) {
   TS_CHECK(step >= 0, "checkpoint step must be >= 0, got ", step);
   check_directory_is_shared();
@@ -243,6 +258,7 @@ std::string CheckpointWriter::save(int64_t step, const CheckpointState& state) {
   if (rank == 0) {
     TS_LOG(INFO) << "checkpoint step " << step << " committed to " << sdir;
   }
+  if (options_.export_model_dtype) export_model(sdir, step);
   return sdir;
 }
 

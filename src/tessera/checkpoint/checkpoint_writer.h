@@ -18,7 +18,9 @@
 //      then `latest` (temp + fsync + rename + fsync), then prunes old steps
 //      (keep_last);
 //   5. all_gather of rank 0's outcome: save() returns on every rank only after the
-//      commit, or throws on every rank if it failed.
+//      commit, or throws on every rank if it failed;
+//   6. with export_model_dtype, rank 0 writes the whole model beside the shards and
+//      every rank learns whether it did (the step stays committed either way).
 //
 // Before its first save with more than one rank, the writer checks that every
 // rank sees the directory rank 0 writes to: rank 0 writes a probe file there and
@@ -36,6 +38,7 @@
 #include <cstdint>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -70,6 +73,11 @@ struct CheckpointWriterOptions {
   int keep_last = 0;
   // fsync files and directories (off only in tests that measure nothing durable).
   bool fsync = true;
+  // After the commit, rank 0 also writes the whole model (the tensors named
+  // export_model_prefix...) in this dtype to step_<N>/model.safetensors
+  // (model_export.h). nullopt: not written.
+  std::optional<at::ScalarType> export_model_dtype;
+  std::string export_model_prefix = "model.";
 };
 
 class CheckpointWriter {
@@ -89,6 +97,8 @@ class CheckpointWriter {
  private:
   // Collective, once: the probe described above (CheckpointError when it fails).
   void check_directory_is_shared();
+  // Step 6 above; CheckpointError on every rank when rank 0 failed.
+  void export_model(const std::string& step_dir, int64_t step);
 
   std::string dir_;
   std::shared_ptr<Coordinator> coordinator_;

@@ -8,17 +8,31 @@
 
 namespace tessera::runtime {
 
-CheckpointSaver::CheckpointSaver(std::shared_ptr<comm::ProcessGroup> group)
-    : group_(std::move(group)) {
+std::optional<at::ScalarType> model_export_dtype(const Config& config) {
+  if (!config.zero.gather_16bit_weights_on_model_save) return std::nullopt;
+  const std::string& d = config.precision.dtype;
+  return d == "bf16" ? at::kBFloat16 : d == "fp16" ? at::kHalf : at::kFloat;
+}
+
+CheckpointSaver::CheckpointSaver(std::shared_ptr<comm::ProcessGroup> group,
+                                 std::optional<at::ScalarType> export_model_dtype)
+    : group_(std::move(group)), export_model_dtype_(export_model_dtype) {
   TS_CHECK(group_ != nullptr, "CheckpointSaver needs the training group");
+}
+
+checkpoint::CheckpointWriterOptions CheckpointSaver::options(int keep_last) const {
+  checkpoint::CheckpointWriterOptions options;
+  options.keep_last = keep_last;
+  options.export_model_dtype = export_model_dtype_;
+  options.export_model_prefix = kCheckpointModelPrefix;
+  return options;
 }
 
 std::string CheckpointSaver::save(const std::string& dir, int64_t step,
                                   const checkpoint::CheckpointState& state, int keep_last) {
   wait();
-  checkpoint::CheckpointWriterOptions options;
-  options.keep_last = keep_last;
-  checkpoint::CheckpointWriter writer(dir, checkpoint::make_group_coordinator(group_), options);
+  checkpoint::CheckpointWriter writer(dir, checkpoint::make_group_coordinator(group_),
+                                      options(keep_last));
   return writer.save(step, state);
 }
 
@@ -42,11 +56,9 @@ checkpoint::AsyncSaveTimes CheckpointSaver::save_async(const std::string& dir, i
     auto coordinator = std::make_shared<checkpoint::StoreCoordinator>(
         store, group_->rank(), group_->size(),
         "async_checkpoint/" + std::to_string(writers_made_++));
-    checkpoint::CheckpointWriterOptions options;
-    options.keep_last = keep_last;
     async_.reset();
     async_ = std::make_unique<checkpoint::AsyncCheckpointWriter>(dir, std::move(coordinator),
-                                                                 options, mode);
+                                                                 options(keep_last), mode);
     keep_last_ = keep_last;
   }
   return async_->save(step, state);

@@ -24,12 +24,27 @@
 #include "tessera/checkpoint/async_checkpoint_writer.h"
 #include "tessera/checkpoint/checkpoint_writer.h"
 #include "tessera/comm/process_group.h"
+#include "tessera/runtime/config.h"
 
 namespace tessera::runtime {
 
+// How the engines name the tensors of their checkpoints:
+// "model.<parameter or buffer>" and "optim.<parameter>.<state field>", the same
+// names whatever the layout or ZeRO stage.
+inline constexpr const char* kCheckpointModelPrefix = "model.";
+inline constexpr const char* kCheckpointOptimPrefix = "optim.";
+
+// What zero_optimization.gather_16bit_weights_on_model_save asks each save to
+// export (checkpoint/model_export.h): the training's 16-bit dtype, float32 when
+// it trains in float32; nullopt when the key is off.
+std::optional<at::ScalarType> model_export_dtype(const Config& config);
+
 class CheckpointSaver {
  public:
-  explicit CheckpointSaver(std::shared_ptr<comm::ProcessGroup> group);
+  // export_model_dtype: also write step_<N>/model.safetensors at each save
+  // (CheckpointWriterOptions::export_model_dtype).
+  explicit CheckpointSaver(std::shared_ptr<comm::ProcessGroup> group,
+                           std::optional<at::ScalarType> export_model_dtype = std::nullopt);
 
   // Waits for a save in flight (throwing its failure), then saves `state` as
   // `step` and returns the committed step directory. CheckpointError on every
@@ -52,7 +67,10 @@ class CheckpointSaver {
   bool finished() const { return !async_ || !async_->in_flight() || async_->finished(); }
 
  private:
+  checkpoint::CheckpointWriterOptions options(int keep_last) const;
+
   std::shared_ptr<comm::ProcessGroup> group_;
+  std::optional<at::ScalarType> export_model_dtype_;
   std::unique_ptr<checkpoint::AsyncCheckpointWriter> async_;
   int keep_last_ = 0;
   // Asynchronous writers made so far; the same count on every rank, so each

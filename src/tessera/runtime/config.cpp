@@ -1,4 +1,5 @@
 #include "tessera/runtime/config.h"
+#include "tessera/runtime/deepspeed_keys.h"
 #include "tessera/runtime/observability_config.h"
 
 #include <algorithm>
@@ -22,11 +23,12 @@ const std::vector<std::string> kTopKeys = {
     "data", "train", "tensor_model_parallel_size", "pipeline_model_parallel_size",
     "virtual_pipeline_model_parallel_size", "sequence_parallel", "pipeline_schedule",
     "pipeline_partition_method", "activation_checkpointing", "communication_data_type", "aio", "local_sgd",
-    "timeline", "comms_logger", "tensorboard", "csv_monitor", "flops_profiler", "checkpoint"};
+    "timeline", "comms_logger", "tensorboard", "csv_monitor", "flops_profiler", "checkpoint",
+    "tensor_parallel"};
 const std::vector<std::string> kOptimizerKeys = {"type", "params"};
 const std::vector<std::string> kOptimizerParams = {
     "lr", "betas", "eps", "weight_decay", "amsgrad", "momentum", "dampening", "nesterov",
-    "weight_decay_exclude"};
+    "weight_decay_exclude", "adam_w_mode"};
 const std::vector<std::string> kSchedulerKeys = {"type", "params"};
 const std::vector<std::string> kSchedulerParams = {
     "warmup_min_lr", "warmup_max_lr", "warmup_num_steps", "warmup_type", "total_num_steps",
@@ -124,7 +126,9 @@ const std::vector<std::string> kZeroKeys = {
     "stage", "reduce_bucket_size", "allgather_bucket_size", "overlap_comm",
     "contiguous_gradients", "reduce_scatter", "stage3_prefetch_bucket_size",
     "stage3_param_persistence_threshold", "stage3_max_live_parameters",
-    "stage3_max_reuse_distance", "offload_optimizer", "offload_param"};
+    "stage3_max_reuse_distance", "offload_optimizer", "offload_param",
+    "stage3_gather_16bit_weights_on_model_save", "gather_16bit_weights_on_model_save",
+    "stage3_gather_fp16_weights_on_model_save"};
 const std::vector<std::string> kOffloadKeys = {"device", "nvme_path", "buffer_count",
                                                "buffer_size", "pin_memory", "ratio",
                                                "max_in_cpu", "pipeline_read", "pipeline_write",
@@ -247,6 +251,13 @@ void parse_zero(const json& z, ZeroConfig& c) {
       read_int(z, "stage3_max_live_parameters", w, c.stage3_max_live_parameters);
   c.stage3_max_reuse_distance =
       read_int(z, "stage3_max_reuse_distance", w, c.stage3_max_reuse_distance);
+  // DeepSpeed's three spellings of the same switch (docs/checkpoint.md).
+  for (const char* k : {"stage3_gather_16bit_weights_on_model_save",
+                        "gather_16bit_weights_on_model_save",
+                        "stage3_gather_fp16_weights_on_model_save"}) {
+    c.gather_16bit_weights_on_model_save =
+        read_bool(z, k, w, false) || c.gather_16bit_weights_on_model_save;
+  }
   parse_offload(z, "offload_optimizer", c.offload_optimizer);
   parse_offload(z, "offload_param", c.offload_param);
   check_offload(c);
@@ -309,6 +320,13 @@ void parse_optimizer(const json& j, OptimizerConfig& o) {
   for (const char* k : {"momentum", "dampening", "nesterov"}) {
     TS_CHECK_T(ConfigError, sgd || !p.contains(k), "config key 'optimizer.params.", k,
                "' is an SGD parameter, but the optimizer is ", o.type);
+  }
+  // DeepSpeed's adam_w_mode: on Adam it chooses decoupled weight decay (AdamW,
+  // its default there) or L2; AdamW is always decoupled, as in DeepSpeed.
+  if (p.contains("adam_w_mode")) {
+    TS_CHECK_T(ConfigError, !sgd, "config key 'optimizer.params.adam_w_mode' is an Adam/AdamW "
+               "parameter, but the optimizer is SGD");
+    if (read_bool(p, "adam_w_mode", w, true)) o.type = "AdamW";
   }
   TS_CHECK_T(ConfigError, !p.contains("amsgrad") || !sgd,
              "config key 'optimizer.params.amsgrad' is an Adam/AdamW parameter, but the "
@@ -375,6 +393,8 @@ void check_known_keys(const json& obj, const std::vector<std::string>& known,
              "' must be a JSON object, got ", obj.dump());
   for (auto it = obj.begin(); it != obj.end(); ++it) {
     if (std::find(known.begin(), known.end(), it.key()) != known.end()) continue;
+    // DeepSpeed's keys: accepted as no-ops or refused with what to use instead.
+    if (accept_deepspeed_key(path(where, it.key()), it.value())) continue;
     const std::string near = closest_key(it.key(), known);
     TS_THROW(ConfigError, "unknown config key '", path(where, it.key()), "'",
              near.empty() ? std::string("") : "; did you mean '" + near + "'?");
@@ -436,6 +456,17 @@ void parse_model_parallel(const json& j, ModelParallelConfig& m) {
     return static_cast<int>(v);
   };
   m.tensor_model_parallel_size = size("tensor_model_parallel_size");
+  // DeepSpeed's AutoTP degree is the same number under another name.
+  if (j.contains("tensor_parallel")) {
+    const json& t = j["tensor_parallel"];
+    check_known_keys(t, {"autotp_size"}, "tensor_parallel");
+    const int64_t autotp = read_positive_int(t, "autotp_size", "tensor_parallel", 1);
+    const bool both = j.contains("tensor_model_parallel_size") && t.contains("autotp_size");
+    TS_CHECK_T(ConfigError, !both || autotp == m.tensor_model_parallel_size,
+               "config 'tensor_parallel.autotp_size' ", autotp, " and 'tensor_model_parallel_size' ",
+               m.tensor_model_parallel_size, " disagree: they are the same setting; keep one");
+    if (t.contains("autotp_size")) m.tensor_model_parallel_size = static_cast<int>(autotp);
+  }
   m.pipeline_model_parallel_size = size("pipeline_model_parallel_size");
   m.virtual_pipeline_model_parallel_size = size("virtual_pipeline_model_parallel_size");
   m.sequence_parallel = read_bool(j, "sequence_parallel", "", false);
@@ -468,6 +499,7 @@ int ModelParallelConfig::data_parallel_size(int world) const {
 
 Config Config::from_json(const json& j, const std::string& source) {
   TS_CHECK_T(ConfigError, j.is_object(), source, ": the config must be a JSON object");
+  reject_auto_values(j);
   check_known_keys(j, kTopKeys, "");
   Config c;
   parse_precision(j, c.precision);

@@ -128,6 +128,10 @@ struct ZeroConfig {
   int64_t stage3_param_persistence_threshold = 100000;     // smaller parameters stay whole
   int64_t stage3_max_live_parameters = 1000000000;         // gathered elements alive at once
   int64_t stage3_max_reuse_distance = 1000000000;          // accepted, no effect
+  // Each save also writes the whole model, gathered, to model.safetensors in the
+  // step directory, in the training's 16-bit dtype (float32 when training in
+  // float32): DeepSpeed's stage3_gather_16bit_weights_on_model_save.
+  bool gather_16bit_weights_on_model_save = false;
   OffloadConfig offload_optimizer;
   OffloadConfig offload_param = [] {
     OffloadConfig c;

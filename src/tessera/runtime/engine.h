@@ -85,12 +85,6 @@ struct Node;
 
 namespace tessera::runtime {
 
-// How the Engine names the tensors of its checkpoints (save_checkpoint):
-// "model.<parameter or buffer>" and "optim.<parameter>.<state field>", the same
-// names whatever the world size or ZeRO stage.
-inline constexpr const char* kCheckpointModelPrefix = "model.";
-inline constexpr const char* kCheckpointOptimPrefix = "optim.";
-
 // What this rank holds now, in bytes, counted from the tensors' storages (each
 // storage once), plus the process's peak resident set size.
 struct MemoryStats {

@@ -155,7 +155,9 @@ StagedZeroState stage_zero_state(const zero::ZeroDataParallel& z, torch::nn::Mod
 }  // namespace
 
 CheckpointSaver& Engine::checkpoint_saver() {
-  if (!checkpoint_saver_) checkpoint_saver_ = std::make_unique<CheckpointSaver>(group_);
+  if (!checkpoint_saver_) {
+    checkpoint_saver_ = std::make_unique<CheckpointSaver>(group_, model_export_dtype(config_));
+  }
   return *checkpoint_saver_;
 }
 

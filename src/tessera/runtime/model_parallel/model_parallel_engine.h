@@ -160,7 +160,7 @@ class ModelParallelEngine {
   int64_t num_parameters_ = 0;
   double last_grad_norm_ = 0;
   // Last, so destroyed first: a save in flight commits while the groups are up.
-  CheckpointSaver checkpoint_saver_{mesh_.world()};
+  CheckpointSaver checkpoint_saver_{mesh_.world(), model_export_dtype(config_)};
 };
 
 }  // namespace tessera::runtime
