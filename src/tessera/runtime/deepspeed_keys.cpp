@@ -185,17 +185,23 @@ std::string auto_hint(const std::string& key) {
   return "the value itself (docs/config.md lists each key's type)";
 }
 
-const json* find_auto(const json& j, const std::string& where, std::string& key) {
+// DeepSpeed's sections nest a few levels; deeper input is not a config, and
+// the parser reports it on its own.
+constexpr int kMaxDepth = 16;
+
+const json* find_auto(const json& j, const std::string& where, std::string& key, int depth = 0) {
   if (j.is_string() && j.get<std::string>() == "auto") {
     key = where;
     return &j;
   }
-  if (!j.is_object()) return nullptr;
+  if (!j.is_object() || depth == kMaxDepth) return nullptr;
   for (auto it = j.begin(); it != j.end(); ++it) {
     if (where.empty() && (it.key() == "model" || it.key() == "data" || it.key() == "train")) {
       continue;
     }
-    if (const json* found = find_auto(it.value(), join(where, it.key()), key)) return found;
+    if (const json* found = find_auto(it.value(), join(where, it.key()), key, depth + 1)) {
+      return found;
+    }
   }
   return nullptr;
 }
