@@ -20,6 +20,10 @@
 #if TESSERA_WITH_MPI
 #include "tessera/comm/mpi/mpi_backend.h"
 #endif
+#if TESSERA_WITH_NCCL
+#include "tessera/comm/nccl/nccl_backend.h"
+#endif
+#include "tessera/comm/device_dispatch_backend.h"
 
 namespace tessera::comm {
 namespace {
@@ -44,6 +48,9 @@ std::map<std::string, BackendFactory> builtin_factories() {
 #endif
 #if TESSERA_WITH_SHM && TESSERA_WITH_GLOO
   map["hierarchical"] = make_hierarchical_backend;
+#endif
+#if TESSERA_WITH_NCCL
+  map["nccl"] = nccl::make_nccl_backend;
 #endif
   return map;
 }
@@ -73,6 +80,7 @@ bool has_backend(const std::string& name) {
 }
 
 std::unique_ptr<Backend> create_backend(const std::string& name, const BackendContext& ctx) {
+  if (is_device_spec(name)) return make_device_dispatch_backend(name, ctx);
   BackendFactory factory;
   {
     std::lock_guard<std::mutex> lock(registry_mutex());
@@ -88,6 +96,15 @@ std::unique_ptr<Backend> create_backend(const std::string& name, const BackendCo
 }
 
 std::string resolve_backend_name(const std::string& requested, const BackendContext& ctx) {
+  if (is_device_spec(requested)) {
+    // "cpu:gloo,cuda:nccl": each part is resolved when the group builds it.
+    for (const auto& [device, name] : parse_device_spec(requested)) {
+      TS_CHECK_T(ConfigError, name == "auto" || has_backend(name),
+                 "unknown or unavailable backend '", name, "' in '", requested,
+                 "' (set TESSERA_BACKEND to backends `tessera doctor` lists)");
+    }
+    return requested;
+  }
   if (!requested.empty() && requested != "auto") {
     TS_CHECK_T(ConfigError, has_backend(requested), "unknown or unavailable backend '", requested,
                "' (set TESSERA_BACKEND to one of the backends `tessera doctor` lists)");

@@ -2,7 +2,9 @@
 // registration line in backend_registry.cpp, never an edit to a switch elsewhere.
 //
 // Names: "gloo", "shm", "mpi", "nccl", "hierarchical" (when built; see
-// tessera/config.h). "auto" resolves through resolve_backend_name().
+// tessera/config.h). "auto" resolves through resolve_backend_name(). A per-device
+// spec such as "cpu:gloo,cuda:nccl" builds one backend per device type and
+// routes each op by its tensors' device (device_dispatch_backend.h).
 #pragma once
 
 #include <functional>

@@ -2,9 +2,12 @@
 
 #include <mutex>
 
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+
 #include "tessera/comm/agent_store.h"
 #include "tessera/comm/base/memory_store.h"
 #include "tessera/comm/base/tcp_store.h"
+#include "tessera/comm/device_dispatch_backend.h"
 #include "tessera/core/check.h"
 #include "tessera/core/env.h"
 #include "tessera/core/host_memory.h"
@@ -44,6 +47,18 @@ std::shared_ptr<comm::Store> connect_store(const LaunchInfo& info, GlobalState& 
   return std::make_shared<comm::TcpStore>(info.master_addr, info.master_port, token, timeout);
 }
 
+// Each local rank drives one GPU: LOCAL_RANK picks the CUDA device (indices
+// count the devices CUDA_VISIBLE_DEVICES leaves visible), so that CUDA tensors
+// and NCCL communicators land on it. Nothing happens without a GPU.
+void select_cuda_device(const LaunchInfo& info) {
+  const int gpus = comm::visible_cuda_devices();
+  if (gpus == 0) return;
+  const int device = info.local_rank % gpus;
+  c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)
+      ->setDevice(c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device)));
+  TS_LOG(DEBUG) << "local rank " << info.local_rank << " uses cuda:" << device << " of " << gpus;
+}
+
 }  // namespace
 
 void init(const InitOptions& options) {
@@ -53,6 +68,7 @@ void init(const InitOptions& options) {
   LaunchInfo info = LaunchInfo::from_env();
   log::level_from_env();  // a misspelt TESSERA_LOG_LEVEL is an error, not info
   set_rank_context(info.rank, info.world_size);
+  select_cuda_device(info);
   const HostMemoryPolicy memory = configure_host_memory();
   comm::ProcessGroupOptions pg = comm::ProcessGroupOptions::from_env("default");
   if (!options.backend.empty()) pg.backend = options.backend;

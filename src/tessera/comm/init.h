@@ -11,7 +11,8 @@
 //   * nothing: a single-process job (rank 0 of 1) with an in-memory store.
 // Without an agent store, rank 0 hosts a TcpStore on MASTER_ADDR:MASTER_PORT.
 // It then creates the default ProcessGroup (backend from TESSERA_BACKEND).
-// It also applies the host memory policy (core/host_memory.h, TESSERA_HOST_MEMORY_CACHE).
+// It also applies the host memory policy (core/host_memory.h, TESSERA_HOST_MEMORY_CACHE),
+// and where CUDA devices are visible makes device LOCAL_RANK % count current.
 //
 // Not thread-safe: call once from the main thread before anything distributed.
 #pragma once

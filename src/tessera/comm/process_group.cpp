@@ -1,6 +1,8 @@
 #include "tessera/comm/process_group.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 
 #include <algorithm>
 
@@ -40,14 +42,29 @@ void check_dense(const Backend& backend, const at::Tensor& t, const char* op, co
   TS_CHECK_T(ConfigError, t.layout() == at::kStrided, op, ": ", what,
              " must be a dense (strided) tensor, got ", t.layout());
   TS_CHECK_T(ConfigError, backend.supports_device(t.device().type()), op, ": ", what,
-             " is on device ", t.device(), " but backend '", backend.name(),
-             "' takes CPU tensors only; move it with .cpu() or use a backend for ",
-             t.device().type(), " tensors");
+             " is on device ", t.device(), " but backend '", backend.name(), "' takes ",
+             backend.supports_device(c10::DeviceType::CPU) ? "CPU tensors only; move it with "
+                                                             ".cpu() or use"
+                                                           : "no such tensors; use",
+             " a backend for ", t.device().type(), " tensors");
 }
 
 void check_same_dtype(const at::Tensor& a, const at::Tensor& b, const char* op) {
   TS_CHECK_T(ConfigError, a.scalar_type() == b.scalar_type(), op,
              ": input and output dtypes differ (", a.scalar_type(), " vs ", b.scalar_type(), ")");
+}
+
+// An op's body runs on the group's queue thread, but a device's "current
+// stream" (CUDA's) is per thread: the body adopts the stream that was current
+// on the queuing thread, so the op is ordered after the work the caller queued
+// before it, and the caller's later work after the op (backend.h).
+std::function<void()> on_caller_stream(const at::Tensor& t, std::function<void()> body) {
+  if (t.device().is_cpu()) return body;
+  c10::Stream stream = c10::impl::VirtualGuardImpl(t.device().type()).getStream(t.device());
+  return [stream, body = std::move(body)] {
+    c10::StreamGuard guard(stream);
+    body();
+  };
 }
 
 }  // namespace
@@ -99,7 +116,7 @@ WorkHandle ProcessGroup::all_reduce(at::Tensor tensor, ReduceOp op) {
   Backend* backend = impl_->backend_.get();
   int size = impl_->size_;
   std::string sig = c10::str("all_reduce(", describe_tensor(tensor), ", ", to_string(op), ")");
-  return impl_->enqueue_collective(OpType::kAllReduce, tensor.nbytes(), sig, [=] {
+  auto body = [=] {
     at::Tensor data = flat(tensor);
     at::ScalarType dtype = data.scalar_type();
     bool divide = op == ReduceOp::kAvg && !backend->supports_avg();
@@ -111,7 +128,9 @@ WorkHandle ProcessGroup::all_reduce(at::Tensor tensor, ReduceOp op) {
       if (divide) divide_in_place(data, size);
     }
     write_back(tensor, data);
-  });
+  };
+  return impl_->enqueue_collective(OpType::kAllReduce, tensor.nbytes(), sig,
+                                   on_caller_stream(tensor, body));
 }
 
 WorkHandle ProcessGroup::broadcast(at::Tensor tensor, int root) {
@@ -120,11 +139,13 @@ WorkHandle ProcessGroup::broadcast(at::Tensor tensor, int root) {
              " is not a rank of ", impl_->describe());
   Backend* backend = impl_->backend_.get();
   std::string sig = c10::str("broadcast(", describe_tensor(tensor), ", root=", root, ")");
-  return impl_->enqueue_collective(OpType::kBroadcast, tensor.nbytes(), sig, [=] {
+  auto body = [=] {
     at::Tensor data = flat(tensor);
     backend->broadcast(data, root);
     write_back(tensor, data);
-  });
+  };
+  return impl_->enqueue_collective(OpType::kBroadcast, tensor.nbytes(), sig,
+                                   on_caller_stream(tensor, body));
 }
 
 WorkHandle ProcessGroup::all_gather(std::vector<at::Tensor> outputs, at::Tensor input) {
@@ -141,12 +162,14 @@ WorkHandle ProcessGroup::all_gather(std::vector<at::Tensor> outputs, at::Tensor 
   int size = impl_->size_;
   std::string sig = c10::str("all_gather(", describe_tensor(input), ")");
   const uint64_t gathered_bytes = input.nbytes() * static_cast<uint64_t>(size);
-  return impl_->enqueue_collective(OpType::kAllGather, gathered_bytes, sig, [=] {
+  auto body = [=] {
     int64_t n = input.numel();
     at::Tensor gathered = at::empty({n * size}, input.options());
     backend->all_gather(flat(input), gathered, std::vector<int64_t>(size, n));
     for (int r = 0; r < size; ++r) outputs[r].copy_(gathered.narrow(0, r * n, n).view(outputs[r].sizes()));
-  });
+  };
+  return impl_->enqueue_collective(OpType::kAllGather, gathered_bytes, sig,
+                                   on_caller_stream(input, body));
 }
 
 WorkHandle ProcessGroup::all_gather_into(at::Tensor output, at::Tensor input) {
@@ -160,11 +183,13 @@ WorkHandle ProcessGroup::all_gather_into(at::Tensor output, at::Tensor input) {
   Backend* backend = impl_->backend_.get();
   std::string sig = c10::str("all_gather_into(", c10::toString(output.scalar_type()), "[",
                              output.numel(), "])");
-  return impl_->enqueue_collective(OpType::kAllGather, output.nbytes(), sig, [=] {
+  auto body = [=] {
     at::Tensor out = flat(output);
     backend->all_gather(flat(input), out, counts);
     write_back(output, out);
-  });
+  };
+  return impl_->enqueue_collective(OpType::kAllGather, output.nbytes(), sig,
+                                   on_caller_stream(input, body));
 }
 
 WorkHandle ProcessGroup::reduce_scatter(at::Tensor output, at::Tensor input, ReduceOp op) {
@@ -179,7 +204,7 @@ WorkHandle ProcessGroup::reduce_scatter(at::Tensor output, at::Tensor input, Red
   int size = impl_->size_;
   std::string sig = c10::str("reduce_scatter(", c10::toString(input.scalar_type()), "[",
                              input.numel(), "], ", to_string(op), ")");
-  return impl_->enqueue_collective(OpType::kReduceScatter, input.nbytes(), sig, [=] {
+  auto body = [=] {
     at::Tensor in = flat(input);
     at::Tensor out = flat(output);
     at::ScalarType dtype = in.scalar_type();
@@ -192,7 +217,9 @@ WorkHandle ProcessGroup::reduce_scatter(at::Tensor output, at::Tensor input, Red
       if (divide) divide_in_place(out, size);
     }
     write_back(output, out);
-  });
+  };
+  return impl_->enqueue_collective(OpType::kReduceScatter, input.nbytes(), sig,
+                                   on_caller_stream(input, body));
 }
 
 WorkHandle ProcessGroup::all_to_all(at::Tensor output, at::Tensor input,
@@ -225,11 +252,13 @@ WorkHandle ProcessGroup::all_to_all(at::Tensor output, at::Tensor input,
   Backend* backend = impl_->backend_.get();
   std::string sig = c10::str("all_to_all(", c10::toString(input.scalar_type()), ")");
   const uint64_t to_others = (in_total - input_splits[rank()]) * input.element_size();
-  return impl_->enqueue_collective(OpType::kAllToAll, to_others, sig, [=] {
+  auto body = [=] {
     at::Tensor out = flat(output);
     backend->all_to_all(flat(input), out, input_splits, output_splits);
     write_back(output, out);
-  });
+  };
+  return impl_->enqueue_collective(OpType::kAllToAll, to_others, sig,
+                                   on_caller_stream(input, body));
 }
 
 WorkHandle ProcessGroup::send(at::Tensor tensor, int dst, int tag) {
@@ -237,9 +266,8 @@ WorkHandle ProcessGroup::send(at::Tensor tensor, int dst, int tag) {
   TS_CHECK_T(ConfigError, dst >= 0 && dst < size() && dst != rank(), "send: destination ", dst,
              " must be another rank of ", impl_->describe());
   Backend* backend = impl_->backend_.get();
-  return impl_->enqueue_p2p(OpType::kSend, dst, tensor.nbytes(), [=] {
-    backend->send(flat(tensor), dst, tag);
-  });
+  auto body = [=] { backend->send(flat(tensor), dst, tag); };
+  return impl_->enqueue_p2p(OpType::kSend, dst, tensor.nbytes(), on_caller_stream(tensor, body));
 }
 
 WorkHandle ProcessGroup::recv(at::Tensor tensor, int src, int tag) {
@@ -247,11 +275,12 @@ WorkHandle ProcessGroup::recv(at::Tensor tensor, int src, int tag) {
   TS_CHECK_T(ConfigError, src >= 0 && src < size() && src != rank(), "recv: source ", src,
              " must be another rank of ", impl_->describe());
   Backend* backend = impl_->backend_.get();
-  return impl_->enqueue_p2p(OpType::kRecv, src, tensor.nbytes(), [=] {
+  auto body = [=] {
     at::Tensor data = flat(tensor);
     backend->recv(data, src, tag);
     write_back(tensor, data);
-  });
+  };
+  return impl_->enqueue_p2p(OpType::kRecv, src, tensor.nbytes(), on_caller_stream(tensor, body));
 }
 
 WorkHandle ProcessGroup::barrier() {
