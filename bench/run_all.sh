@@ -23,3 +23,5 @@ echo
 bash "$HERE/tokenizer_speed.sh" "$BUILD_DIR"
 echo
 bash "$HERE/async_checkpoint.sh" "$BUILD_DIR"
+echo
+bash "$HERE/embedding_bench.sh" "$BUILD_DIR"
