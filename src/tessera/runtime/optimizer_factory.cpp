@@ -5,6 +5,7 @@
 #include <torch/optim/sgd.h>
 
 #include "tessera/core/check.h"
+#include "tessera/runtime/lamb.h"
 
 namespace tessera::runtime {
 namespace {
@@ -35,7 +36,16 @@ std::unique_ptr<torch::optim::OptimizerOptions> config_options(const OptimizerCo
                                                           .nesterov(c.nesterov)
                                                           .weight_decay(weight_decay));
   }
-  TS_THROW(ConfigError, "unknown optimizer type '", c.type, "': use Adam, AdamW or SGD");
+  if (c.type == "Lamb") {
+    return std::make_unique<LambOptions>(LambOptions(c.lr)
+                                             .betas({c.betas[0], c.betas[1]})
+                                             .eps(c.eps)
+                                             .weight_decay(weight_decay)
+                                             .max_coeff(c.max_coeff)
+                                             .min_coeff(c.min_coeff)
+                                             .bias_correction(c.bias_correction));
+  }
+  TS_THROW(ConfigError, "unknown optimizer type '", c.type, "': use Adam, AdamW, SGD or Lamb");
 }
 
 }  // namespace
@@ -120,6 +130,9 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerConfig& c
   if (c.type == "AdamW") {
     return std::make_unique<torch::optim::AdamW>(
         std::move(groups), static_cast<torch::optim::AdamWOptions&>(*defaults));
+  }
+  if (c.type == "Lamb") {
+    return std::make_unique<Lamb>(std::move(groups), static_cast<LambOptions&>(*defaults));
   }
   return std::make_unique<torch::optim::SGD>(std::move(groups),
                                              static_cast<torch::optim::SGDOptions&>(*defaults));

@@ -3,8 +3,10 @@
 //
 // From the config: Adam and AdamW map to torch::optim::Adam / AdamW (betas, eps,
 // weight_decay, amsgrad), SGD to torch::optim::SGD (momentum, dampening, nesterov,
-// weight_decay). With weight_decay > 0 and weight_decay_exclude patterns, the
-// parameters whose names match any pattern go to a second group with weight decay 0
+// weight_decay), Lamb to tessera::runtime::Lamb (lamb.h: betas, eps, weight_decay,
+// max_coeff, min_coeff, bias_correction). With weight_decay > 0 and
+// weight_decay_exclude patterns, the parameters whose names match any pattern go to
+// a second group with weight decay 0
 // (nanoGPT's and minGPT's recipe: no decay on biases, LayerNorms and embeddings).
 //
 // The returned optimizer owns nothing but its state; parameters are shared tensors.

@@ -17,6 +17,7 @@
 #include <unordered_map>
 
 #include "tessera/core/check.h"
+#include "tessera/runtime/lamb.h"
 
 namespace tessera::runtime {
 namespace {
@@ -74,7 +75,23 @@ std::unique_ptr<State> load_adam_like(const Lookup& in, const std::string& base,
   return s;
 }
 
-enum class Kind { kAdam, kAdamW, kSgd, kArchive };
+// Lamb's state has Adam's moments without amsgrad's maximum.
+void save_lamb(const LambParamState& s, const std::string& base, NamedTensors& out) {
+  out.emplace_back(base + "step", step_tensor(s.step()));
+  out.emplace_back(base + "exp_avg", s.exp_avg().detach());
+  out.emplace_back(base + "exp_avg_sq", s.exp_avg_sq().detach());
+}
+
+std::unique_ptr<LambParamState> load_lamb(const Lookup& in, const std::string& base,
+                                          const at::Tensor& p) {
+  auto s = std::make_unique<LambParamState>();
+  s->step(in.find(base + "step")->item<int64_t>());
+  s->exp_avg(in.like(base + "exp_avg", p));
+  s->exp_avg_sq(in.like(base + "exp_avg_sq", p));
+  return s;
+}
+
+enum class Kind { kAdam, kAdamW, kSgd, kLamb, kArchive };
 
 // Exact types only: a user's subclass of Adam may keep more state than Adam's.
 Kind kind_of(const torch::optim::Optimizer& optimizer) {
@@ -82,6 +99,7 @@ Kind kind_of(const torch::optim::Optimizer& optimizer) {
   if (type == typeid(torch::optim::Adam)) return Kind::kAdam;
   if (type == typeid(torch::optim::AdamW)) return Kind::kAdamW;
   if (type == typeid(torch::optim::SGD)) return Kind::kSgd;
+  if (type == typeid(Lamb)) return Kind::kLamb;
   return Kind::kArchive;
 }
 
@@ -108,6 +126,7 @@ std::string optimizer_type_name(const torch::optim::Optimizer& optimizer) {
   if (type == typeid(torch::optim::RMSprop)) return "RMSprop";
   if (type == typeid(torch::optim::Adagrad)) return "Adagrad";
   if (type == typeid(torch::optim::LBFGS)) return "LBFGS";
+  if (type == typeid(Lamb)) return "Lamb";
   return c10::demangle(type.name());
 }
 
@@ -129,6 +148,9 @@ int64_t optimizer_state_bytes(const torch::optim::Optimizer& optimizer) {
       add(s.exp_avg()), add(s.exp_avg_sq()), add(s.max_exp_avg_sq());
     } else if (type == typeid(torch::optim::SGD)) {
       add(static_cast<const torch::optim::SGDParamState&>(*state).momentum_buffer());
+    } else if (type == typeid(Lamb)) {
+      const auto& s = static_cast<const LambParamState&>(*state);
+      add(s.exp_avg()), add(s.exp_avg_sq());
     } else if (type == typeid(torch::optim::RMSprop)) {
       const auto& s = static_cast<const torch::optim::RMSpropParamState&>(*state);
       add(s.square_avg()), add(s.momentum_buffer()), add(s.grad_avg());
@@ -158,6 +180,8 @@ NamedTensors optimizer_state(torch::optim::Optimizer& optimizer, const NamedPara
       save_adam_like(static_cast<torch::optim::AdamParamState&>(*it->second), base, out);
     } else if (kind == Kind::kAdamW) {
       save_adam_like(static_cast<torch::optim::AdamWParamState&>(*it->second), base, out);
+    } else if (kind == Kind::kLamb) {
+      save_lamb(static_cast<LambParamState&>(*it->second), base, out);
     } else {
       auto& s = static_cast<torch::optim::SGDParamState&>(*it->second);
       if (s.momentum_buffer().defined()) {
@@ -200,6 +224,8 @@ StagedOptimizerState stage_optimizer_state(torch::optim::Optimizer& optimizer,
       if (in.find(base + "step")) {  // else no step was taken for this parameter
         if (kind == Kind::kAdam) {
           state = load_adam_like<torch::optim::AdamParamState>(in, base, p);
+        } else if (kind == Kind::kLamb) {
+          state = load_lamb(in, base, p);
         } else {
           state = load_adam_like<torch::optim::AdamWParamState>(in, base, p);
         }
@@ -279,6 +305,7 @@ std::vector<std::string> param_state_fields(const torch::optim::Optimizer& optim
       if (o != nullptr && o->momentum() != 0) return {"momentum_buffer"};
       return {};
     }
+    case Kind::kLamb:  // refused with ZeRO, which offloading needs (config.cpp)
     case Kind::kArchive:
       break;
   }
@@ -303,6 +330,7 @@ void put_param_state(torch::optim::Optimizer& optimizer, const at::Tensor& param
       state = std::move(sgd);
       break;
     }
+    case Kind::kLamb:
     case Kind::kArchive:
       TS_INTERNAL_ASSERT(false, "put_param_state on an optimizer without known fields");
   }
@@ -335,6 +363,7 @@ bool take_param_state(torch::optim::Optimizer& optimizer, const at::Tensor& para
       if (s.momentum_buffer().defined()) fields->push_back(s.momentum_buffer());
       break;
     }
+    case Kind::kLamb:
     case Kind::kArchive:
       TS_INTERNAL_ASSERT(false, "take_param_state on an optimizer without known fields");
   }

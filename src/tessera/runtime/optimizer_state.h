@@ -9,6 +9,7 @@
 //
 //   Adam, AdamW: step (int64 scalar), exp_avg, exp_avg_sq, max_exp_avg_sq (amsgrad)
 //   SGD:         momentum_buffer (when momentum is on and a step was taken)
+//   Lamb:        step (int64 scalar), exp_avg, exp_avg_sq (lamb.h)
 //
 // Any other optimizer (RMSprop, Adagrad, LBFGS, a user's own class) is stored whole
 // through its LibTorch save()/load() as one uint8 tensor "optim.__archive__"; it is
@@ -32,13 +33,13 @@
 
 namespace tessera::runtime {
 
-// "Adam", "AdamW", "SGD", "RMSprop", "Adagrad", "LBFGS", or the C++ type name of a
+// "Adam", "AdamW", "SGD", "Lamb", "RMSprop", "Adagrad", "LBFGS", or the C++ type name of a
 // user's optimizer class. Checkpoints record it; a load into another type fails.
 std::string optimizer_type_name(const torch::optim::Optimizer& optimizer);
 
-// Bytes of the optimizer's state tensors (each storage once): Adam's and AdamW's
-// moments, SGD's momentum buffers, RMSprop's and Adagrad's accumulators. 0 for
-// other optimizers (their state is opaque).
+// Bytes of the optimizer's state tensors (each storage once): Adam's, AdamW's and
+// Lamb's moments, SGD's momentum buffers, RMSprop's and Adagrad's accumulators. 0
+// for other optimizers (their state is opaque).
 int64_t optimizer_state_bytes(const torch::optim::Optimizer& optimizer);
 
 // Snapshot (detached references, not copies) of the state of `params`.
