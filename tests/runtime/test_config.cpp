@@ -115,8 +115,8 @@ TEST(Config, NonPositiveSizesRejected) {
 }
 
 TEST(Config, BadChoicesAndUnsupportedSections) {
-  EXPECT_ERROR_HAS(R"({"train_batch_size": 8, "optimizer": {"type": "Lamb"}})",
-                   "use Adam, AdamW or SGD");
+  EXPECT_ERROR_HAS(R"({"train_batch_size": 8, "optimizer": {"type": "Lars"}})",
+                   "use Adam, AdamW, SGD or Lamb");
   EXPECT_ERROR_HAS(R"({"train_batch_size": 8, "scheduler": {"type": "OneCycle"}})",
                    "use WarmupLR, WarmupDecayLR or WarmupCosineLR");
   EXPECT_ERROR_HAS(R"({"train_batch_size": 8, "scheduler": {"type": "WarmupCosineLR"}})",

@@ -59,8 +59,9 @@ const std::vector<ReferenceKey> kReference = {
     {"optimizer.params.var_update_scaler", "16", R},
     {"optimizer.params.local_step_scaler", "1000", R},
     {"optimizer.params.local_step_clipper", "16", R},
-    {"optimizer.params.max_coeff", "0.3", R},
-    {"optimizer.params.min_coeff", "0.01", R},
+    // The trust-ratio clamps of Lamb (and OneBitLamb), read for optimizer.type Lamb.
+    {"optimizer.params.max_coeff", "0.3", H},
+    {"optimizer.params.min_coeff", "0.01", H},
     {"optimizer.params.coeff_beta", "0.9", R},
     {"optimizer.params.factor_max", "4.0", R},
     {"optimizer.params.factor_min", "0.5", R},
@@ -222,6 +223,8 @@ json config_with(const ReferenceKey& k) {
   json c = {{"train_batch_size", 8}};
   const std::string path = k.path;
   if (path.rfind("optimizer.", 0) == 0) c["optimizer"] = {{"type", "Adam"}};
+  // Lamb's own keys are honoured on a Lamb optimizer (on Adam they are refused).
+  if (path.find("_coeff") != std::string::npos) c["optimizer"] = {{"type", "Lamb"}};
   if (path.rfind("scheduler.", 0) == 0) {
     c["scheduler"] = {{"type", "WarmupDecayLR"}, {"params", {{"total_num_steps", 100}}}};
   }

@@ -8,10 +8,10 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <nlohmann/json.hpp>
 
 #include "tessera/runtime/hf/llama_checkpoint.h"
 #include "testing/files.h"
+#include "testing/metrics_file.h"
 #include "testing/subprocess.h"
 
 namespace tessera::testing {
@@ -55,14 +55,7 @@ class LlamaTrainCli : public ::testing::Test {
 
   // step -> loss from a run's metrics.jsonl.
   std::map<int64_t, double> losses(const std::string& out) {
-    std::map<int64_t, double> result;
-    std::ifstream in(dir_ / out / "metrics.jsonl");
-    std::string line;
-    while (std::getline(in, line)) {
-      auto j = nlohmann::json::parse(line);
-      if (j.contains("loss")) result[j["step"].get<int64_t>()] = j["loss"].get<double>();
-    }
-    return result;
+    return read_metric((dir_ / out / "metrics.jsonl").string());
   }
 
   void expect_learns(const CommandResult& r, const std::string& out) {

@@ -27,6 +27,7 @@
 #include "tessera/models/gpt.h"
 #include "tessera/runtime/config.h"
 #include "testing/files.h"
+#include "testing/metrics_file.h"
 #include "testing/subprocess.h"
 
 namespace tessera::testing {
@@ -130,15 +131,7 @@ TEST_F(ModelParallelCli, EveryLayoutAtFourRanksEndsWhereOneProcessEnds) {
   }
 }
 
-std::map<int64_t, double> losses(const fs::path& metrics) {
-  std::map<int64_t, double> out;
-  std::ifstream in(metrics);
-  for (std::string line; std::getline(in, line);) {
-    auto j = nlohmann::json::parse(line);
-    if (j.contains("loss")) out[j["step"].get<int64_t>()] = j["loss"].get<double>();
-  }
-  return out;
-}
+std::map<int64_t, double> losses(const fs::path& metrics) { return read_metric(metrics.string()); }
 
 // `from`'s step-5 checkpoint resumed by `layout` in `to`: steps 6-10's losses
 // against `from`'s own.

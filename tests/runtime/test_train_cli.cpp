@@ -14,6 +14,7 @@
 #include <regex>
 
 #include "testing/files.h"
+#include "testing/metrics_file.h"
 #include "testing/subprocess.h"
 
 namespace tessera::testing {
@@ -84,15 +85,7 @@ TEST_F(TrainCli, BadConfigsFailBeforeTraining) {
   expect_config_error((dir_ / "missing.json").string(), "cannot read config file");
 }
 
-std::map<int64_t, double> losses(const fs::path& metrics) {
-  std::map<int64_t, double> out;
-  std::ifstream in(metrics);
-  for (std::string line; std::getline(in, line);) {
-    auto j = nlohmann::json::parse(line);
-    if (j.contains("loss")) out[j["step"].get<int64_t>()] = j["loss"].get<double>();
-  }
-  return out;
-}
+std::map<int64_t, double> losses(const fs::path& metrics) { return read_metric(metrics.string()); }
 
 // Runs `job` in the background and SIGKILLs it (the launcher, and through it the
 // workers) as soon as the shell test `until` holds; waits until no process

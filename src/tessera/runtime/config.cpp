@@ -28,7 +28,7 @@ const std::vector<std::string> kTopKeys = {
 const std::vector<std::string> kOptimizerKeys = {"type", "params"};
 const std::vector<std::string> kOptimizerParams = {
     "lr", "betas", "eps", "weight_decay", "amsgrad", "momentum", "dampening", "nesterov",
-    "weight_decay_exclude", "adam_w_mode"};
+    "weight_decay_exclude", "adam_w_mode", "max_coeff", "min_coeff"};
 const std::vector<std::string> kSchedulerKeys = {"type", "params"};
 const std::vector<std::string> kSchedulerParams = {
     "warmup_min_lr", "warmup_max_lr", "warmup_num_steps", "warmup_type", "total_num_steps",
@@ -161,6 +161,20 @@ void parse_local_sgd(const json& l, LocalSgdConfig& c) {
 
 // PowerSGD, delayed averaging and local SGD change how DDP's gradients travel:
 // plain data parallelism only, and one of the last two at a time.
+// Lamb's trust ratio is a norm over a whole parameter; a ZeRO shard or a
+// tensor-parallel slice would compute its own ratio on its piece (lamb.h).
+void check_lamb_layout(const Config& c) {
+  if (!c.optimizer.present || c.optimizer.type != "Lamb") return;
+  TS_CHECK_T(ConfigError, c.zero.stage == 0, "config 'optimizer.type' Lamb needs each "
+             "parameter whole for its trust ratio ||p|| / ||update||, but "
+             "zero_optimization.stage ", c.zero.stage, " shards parameters across ranks: set "
+             "the stage to 0 (plain data parallelism) or use optimizer.type AdamW");
+  TS_CHECK_T(ConfigError, !c.model_parallel.enabled(), "config 'optimizer.type' Lamb needs each "
+             "parameter whole for its trust ratio ||p|| / ||update||, but tensor or pipeline "
+             "parallelism splits the model across ranks: use data parallelism only or "
+             "optimizer.type AdamW");
+}
+
 void check_training_modes(const Config& c) {
   const auto& dp = c.data_parallel;
   const char* mode = c.local_sgd.enabled ? "local_sgd"
@@ -284,16 +298,43 @@ std::vector<std::string> read_string_list(const json& obj, const std::string& ke
   return v.get<std::vector<std::string>>();
 }
 
+// Lamb's own keys (lamb.h); on another optimizer they are refused by name.
+// bias_correction is Lamb's to switch off; for Adam the DeepSpeed key table
+// accepts only true (LibTorch's Adam always corrects).
+void parse_lamb_params(const json& p, OptimizerConfig& o, const std::string& w) {
+  const bool lamb = o.type == "Lamb";
+  for (const char* k : {"max_coeff", "min_coeff"}) {
+    TS_CHECK_T(ConfigError, lamb || !p.contains(k), "config key 'optimizer.params.", k,
+               "' is a Lamb parameter, but the optimizer is ", o.type,
+               ": remove it or use optimizer.type Lamb");
+  }
+  for (const char* k : {"amsgrad", "adam_w_mode"}) {
+    TS_CHECK_T(ConfigError, !lamb || !p.contains(k), "config key 'optimizer.params.", k,
+               "' is an Adam/AdamW parameter, but the optimizer is Lamb: remove it");
+  }
+  if (!lamb) return;
+  o.max_coeff = read_number(p, "max_coeff", w, o.max_coeff);
+  o.min_coeff = read_number(p, "min_coeff", w, o.min_coeff);
+  TS_CHECK_T(ConfigError, o.min_coeff >= 0 && o.min_coeff <= o.max_coeff, "config '", w,
+             ".min_coeff' and 'max_coeff' must satisfy 0 <= min_coeff <= max_coeff, got ",
+             o.min_coeff, " and ", o.max_coeff);
+  o.bias_correction = read_bool(p, "bias_correction", w, o.bias_correction);
+}
+
 void parse_optimizer(const json& j, OptimizerConfig& o) {
   check_known_keys(j, kOptimizerKeys, "optimizer");
   o.present = true;
   o.type = read_string(j, "type", "optimizer", o.type);
-  TS_CHECK_T(ConfigError, o.type == "Adam" || o.type == "AdamW" || o.type == "SGD",
-             "config 'optimizer.type' is '", o.type, "': use Adam, AdamW or SGD");
+  TS_CHECK_T(ConfigError,
+             o.type == "Adam" || o.type == "AdamW" || o.type == "SGD" || o.type == "Lamb",
+             "config 'optimizer.type' is '", o.type, "': use Adam, AdamW, SGD or Lamb");
   if (!j.contains("params")) return;
   const json& p = j["params"];
   const std::string w = "optimizer.params";
-  check_known_keys(p, kOptimizerParams, w);
+  std::vector<std::string> known = kOptimizerParams;
+  if (o.type == "Lamb") known.emplace_back("bias_correction");
+  check_known_keys(p, known, w);
+  parse_lamb_params(p, o, w);
   o.lr = read_number(p, "lr", w, o.lr);
   TS_CHECK_T(ConfigError, o.lr > 0, "config 'optimizer.params.lr' must be positive, got ", o.lr);
   if (p.contains("betas")) {
@@ -518,7 +559,8 @@ Config Config::from_json(const json& j, const std::string& source) {
     // DeepSpeed's node-local storage key means something here only at its
     // default: checkpoints need one directory every host sees.
     const json& ck = j["checkpoint"];
-    check_known_keys(ck, {"use_node_local_storage", "async_mode", "keep_latest_k"}, "checkpoint");
+    check_known_keys(ck, {"use_node_local_storage", "async_mode", "keep_latest_k",
+                          "last_save_in_hf"}, "checkpoint");
     TS_CHECK_T(ConfigError, !read_bool(ck, "use_node_local_storage", "checkpoint", false),
                "config 'checkpoint.use_node_local_storage': true is not supported; put the "
                "checkpoint directory on a filesystem every host mounts at the same path "
@@ -526,6 +568,7 @@ Config Config::from_json(const json& j, const std::string& source) {
     c.checkpoint.async_mode = checkpoint::parse_async_mode(
         read_string(ck, "async_mode", "checkpoint", "disabled"), "checkpoint.async_mode");
     c.checkpoint.keep_latest_k = read_int(ck, "keep_latest_k", "checkpoint", 2);
+    c.checkpoint.last_save_in_hf = read_bool(ck, "last_save_in_hf", "checkpoint", false);
     TS_CHECK_T(ConfigError, c.checkpoint.keep_latest_k >= 0, "config key 'checkpoint.keep_latest_k' "
                "must be >= 0 (0 keeps every checkpoint), got ", c.checkpoint.keep_latest_k);
   }
@@ -569,6 +612,7 @@ Config Config::from_json(const json& j, const std::string& source) {
              "(0: TESSERA_TIMEOUT), got ", c.comm_timeout);
   parse_model_parallel(j, c.model_parallel);
   check_training_modes(c);
+  check_lamb_layout(c);
   for (const char* s : {"model", "data", "train"}) {
     if (!j.contains(s)) continue;
     TS_CHECK_T(ConfigError, j[s].is_object(), "config section '", s, "' must be an object");

@@ -31,7 +31,7 @@ struct OptimizerConfig {
   // False when the config has no "optimizer" section: the user passes their own
   // optimizer to tessera::initialize (it is an error to do both).
   bool present = false;
-  std::string type = "AdamW";  // Adam | AdamW | SGD
+  std::string type = "AdamW";  // Adam | AdamW | SGD | Lamb
   double lr = 1e-3;
   std::array<double, 2> betas{0.9, 0.999};  // each in [0, 1)
   double eps = 1e-8;                        // >= 0
@@ -40,6 +40,9 @@ struct OptimizerConfig {
   double momentum = 0.0;                    // SGD, >= 0
   double dampening = 0.0;                   // SGD, >= 0
   bool nesterov = false;                    // SGD: needs momentum > 0 and dampening 0
+  double max_coeff = 10.0;                  // Lamb: upper clamp of the trust ratio
+  double min_coeff = 0.01;                  // Lamb: lower clamp, in [0, max_coeff]
+  bool bias_correction = true;              // Lamb (Adam/AdamW: only true)
   // Glob patterns (`*`, `?`) over dotted parameter names ("h.0.ln_1.weight") that
   // get no weight decay: the optimizer then has two parameter groups. Empty: every
   // parameter decays. `tessera train` defaults to biases, LayerNorms and embeddings.
@@ -220,6 +223,9 @@ struct CommsLoggerConfig {
 struct CheckpointConfig {
   checkpoint::AsyncMode async_mode = checkpoint::AsyncMode::kDisabled;
   int64_t keep_latest_k = 2;  // committed steps kept; 0 keeps every one
+  // tessera train also writes its final model as a Hugging Face directory,
+  // OUT/hf (torchtitan's key; runtime/hf/checkpoint_to_hf.h).
+  bool last_save_in_hf = false;
 };
 
 struct Config {

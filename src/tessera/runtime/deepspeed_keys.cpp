@@ -29,7 +29,8 @@ const std::vector<DeepSpeedKey> kKeys = {
     {"optimizer.params.torch_adam", K::kNoOp,
      "chooses between two Adam implementations in DeepSpeed; Tessera has one"},
     {"optimizer.params.bias_correction", K::kUnsupported,
-     "false turns Adam's bias correction off, which LibTorch's Adam cannot: remove the key",
+     "false turns Adam's bias correction off, which LibTorch's Adam cannot: remove the key "
+     "(optimizer.type Lamb reads it)",
      "true"},
     {"optimizer.params.muon_lr", K::kUnsupported, kMuon},
     {"optimizer.params.adam_lr", K::kUnsupported, kMuon},
@@ -42,8 +43,6 @@ const std::vector<DeepSpeedKey> kKeys = {
     {"optimizer.params.var_update_scaler", K::kUnsupported, kOneBit},
     {"optimizer.params.local_step_scaler", K::kUnsupported, kOneBit},
     {"optimizer.params.local_step_clipper", K::kUnsupported, kOneBit},
-    {"optimizer.params.max_coeff", K::kUnsupported, kOneBit},
-    {"optimizer.params.min_coeff", K::kUnsupported, kOneBit},
     {"optimizer.params.coeff_beta", K::kUnsupported, kOneBit},
     {"optimizer.params.factor_max", K::kUnsupported, kOneBit},
     {"optimizer.params.factor_min", K::kUnsupported, kOneBit},

@@ -2,6 +2,9 @@
 //   tessera ckpt info DIR [--verify]        step, world size, stage, every tensor
 //   tessera ckpt consolidate DIR OUT [--optimizer]
 //                                           one state dict for torch.load
+//   tessera ckpt export-hf DIR OUT [--overwrite] [--max-shard-size BYTES]
+//                                           a Hugging Face model directory
+//                                           (runtime/hf/checkpoint_to_hf.h)
 // DIR is a checkpoint root (its newest complete step is used) or one step_<N>
 // directory. Both read the shards of any world size and ZeRO stage as whole
 // tensors (checkpoint/sharded_tensors.h).
@@ -9,6 +12,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <sstream>
 #include <string>
 
@@ -19,6 +23,7 @@
 #include "tessera/cli/commands/parse_args.h"
 #include "tessera/core/check.h"
 #include "tessera/runtime/engine.h"
+#include "tessera/runtime/hf/checkpoint_to_hf.h"
 
 namespace tessera::cli {
 
@@ -129,6 +134,31 @@ int consolidate(const Args& args) {
   return 0;
 }
 
+int export_hf(const Args& args) {
+  std::string dir;
+  std::string out;
+  runtime::hf::HfExportOptions options;
+  CLI::App app{"tessera ckpt export-hf: the model of a tessera train checkpoint as a Hugging "
+               "Face directory (config.json and safetensors) that transformers loads",
+               "tessera ckpt export-hf"};
+  app.add_option("dir", dir, "checkpoint root or step_<N> directory")->required();
+  app.add_option("out", out, "directory to write")->required();
+  app.add_flag("--overwrite", options.overwrite, "replace OUT when it exists and is not empty");
+  app.add_option("--max-shard-size", options.max_shard_bytes,
+                 "largest safetensors file in bytes; a larger model is split into shards with "
+                 "an index")
+      ->check(CLI::PositiveNumber);
+  if (!parse_args(app, args, "tessera ckpt export-hf")) return 0;
+  std::error_code ec;
+  TS_CHECK_T(ConfigError, options.overwrite || !std::filesystem::is_directory(out, ec) ||
+                              std::filesystem::is_empty(out, ec),
+             out, " exists and is not empty: pass --overwrite to replace it, or choose another "
+             "directory");
+  const std::string step_dir = runtime::hf::export_checkpoint_to_hf(dir, out, options);
+  std::printf("wrote %s from %s\n", out.c_str(), step_dir.c_str());
+  return 0;
+}
+
 }  // namespace
 
 int ckpt_command(const Args& args) {
@@ -136,14 +166,16 @@ int ckpt_command(const Args& args) {
     std::printf(
         "usage: tessera ckpt info DIR [--verify]\n"
         "       tessera ckpt consolidate DIR OUT [--optimizer]\n"
+        "       tessera ckpt export-hf DIR OUT [--overwrite] [--max-shard-size BYTES]\n"
         "DIR is a checkpoint root (its newest complete step) or a step_<N> directory.\n");
     return args.empty() ? 2 : 0;
   }
   const Args rest(args.begin() + 1, args.end());
   if (args[0] == "info") return info(rest);
   if (args[0] == "consolidate") return consolidate(rest);
+  if (args[0] == "export-hf") return export_hf(rest);
   TS_THROW(ConfigError, "unknown 'tessera ckpt' subcommand '", args[0],
-           "'; available: info, consolidate");
+           "'; available: info, consolidate, export-hf");
 }
 
 }  // namespace tessera::cli

@@ -15,7 +15,10 @@
 #include "tessera/core/env.h"
 #include "tessera/core/trace.h"
 #include "tessera/data/byte_text_dataset.h"
+#include "tessera/parallel/tensor/parallel_layers.h"
+#include "tessera/parallel/tensor/tp_gpt.h"
 #include "tessera/parallel/topology.h"
+#include "tessera/runtime/hf/gpt2_checkpoint.h"
 #include "tessera/runtime/model_parallel/model_parallel_engine.h"
 
 namespace tessera::cli {
@@ -87,7 +90,9 @@ template <typename Model>
 Model build_model(const TrainSettings& s);
 template <>
 models::GPT build_model<models::GPT>(const TrainSettings& s) {
-  return models::GPT(s.model);
+  models::GPT model(s.model);
+  if (!s.init_from_hf.empty()) runtime::hf::load_gpt2_into(*model, s.init_from_hf);
+  return model;
 }
 template <>
 models::Llama build_model<models::Llama>(const TrainSettings& s) {
@@ -188,7 +193,9 @@ class ModelParallelBackend : public TrainBackend {
  public:
   ModelParallelBackend(const runtime::Config& cfg, const TrainSettings& s)
       : engine_(s.model, cfg, default_group()),
-        batch_(cfg.train_micro_batch_size_per_gpu * cfg.gradient_accumulation_steps) {}
+        batch_(cfg.train_micro_batch_size_per_gpu * cfg.gradient_accumulation_steps) {
+    if (!s.init_from_hf.empty()) load_hf(s);
+  }
 
   double train_step(TrainData& data) override {
     auto [x, y] = data.next_batch(batch_);  // the accumulation's micro-batches, in order
@@ -218,6 +225,18 @@ class ModelParallelBackend : public TrainBackend {
     return engine_.wait_for_checkpoint();
   }
   nlohmann::json load(const std::string& dir) override { return engine_.load_checkpoint(dir); }
+  // model.init_from_hf: each rank copies in only its stage's tensors, cut to
+  // its tensor-parallel slice, straight from the memory-mapped files.
+  void load_hf(const TrainSettings& s) {
+    const int tp_rank = engine_.mesh().coord().tp;
+    const int tp = engine_.mesh().topology().tp();
+    runtime::hf::load_gpt2_parameters(
+        s.model, engine_.stage().named_parameters(), s.init_from_hf,
+        [&](const std::string& name, const at::Tensor& whole) {
+          return parallel::dense_slice(whole, parallel::dense_slice_of(name), tp_rank, tp);
+        });
+  }
+
   void sample(const std::string&, int64_t, uint64_t) override {
     if (rank() == 0) {
       std::printf("(no text sample under tensor or pipeline parallelism: consolidate the last "

@@ -34,8 +34,10 @@
 #include "tessera/cli/commands/train_observability.h"
 #include "tessera/cli/commands/train_data.h"
 #include "tessera/cli/commands/train_digits.h"
+#include "tessera/cli/commands/train_dlrm.h"
 #include "tessera/cli/commands/train_flops.h"
 #include "tessera/cli/commands/train_llama.h"
+#include "tessera/cli/commands/train_mlm.h"
 #include "tessera/cli/commands/train_monitor.h"
 #include "tessera/cli/commands/train_settings.h"
 #include "tessera/checkpoint/checkpoint_reader.h"
@@ -43,6 +45,7 @@
 #include "tessera/core/check.h"
 #include "tessera/core/env.h"
 #include "tessera/core/timer.h"
+#include "tessera/runtime/hf/checkpoint_to_hf.h"
 
 namespace tessera::cli {
 namespace {
@@ -70,9 +73,11 @@ bool parse_flags(const Args& args, TrainFlags& f) {
   app.add_option("--out", f.out, "override train.out_dir");
   app.add_flag("--bf16", f.bf16, "train in bfloat16, as the config's bf16.enabled (precision.md)");
   app.add_flag("--fp16", f.fp16, "train in float16 with the config's fp16 loss scaling");
-  app.add_option("--task", f.task, "gpt (default: a GPT on text) or digits (a ResNet with "
-                                   "SyncBatchNorm on the 8x8 handwritten digits)")
-      ->check(CLI::IsMember({"gpt", "digits"}));
+  app.add_option("--task", f.task, "gpt (default: a GPT on text), digits (a ResNet with "
+                                   "SyncBatchNorm on the 8x8 handwritten digits) or dlrm (a "
+                                   "DLRM with sharded embeddings on generated clicks); mlm: a "
+                                   "BERT pretrained by masked-LM on text")
+      ->check(CLI::IsMember({"gpt", "digits", "dlrm", "mlm"}));
   app.add_flag("--print-default-config", f.print_default_config,
                "print the embedded default config of the task (a start for your own) and exit");
   if (!parse_args(app, args, "tessera train")) return false;
@@ -134,10 +139,13 @@ nlohmann::json memory_record(const TrainBackend& backend, int64_t step) {
 // Rank 0 logs what the save blocked, and what an earlier background write took
 // once it is committed.
 void save(TrainBackend& backend, TrainData& data, const std::string& out_dir,
-          const runtime::CheckpointConfig& policy, bool final_save, MetricsLog& metrics) {
+          const runtime::CheckpointConfig& policy, bool final_save, MetricsLog& metrics,
+          const nlohmann::json& hf_model) {
   const auto& sampler = data.sampler();
+  // hf_model: which Hugging Face model this is, for `tessera ckpt export-hf`.
   const nlohmann::json client = {{"sampler", sampler.state().to_json()},
-                                 {"sampler_world", sampler.num_replicas()}};
+                                 {"sampler_world", sampler.num_replicas()},
+                                 {"hf_model", hf_model}};
   const int keep = static_cast<int>(policy.keep_latest_k);
   const int64_t step = backend.global_steps();
   Stopwatch blocked;
@@ -174,8 +182,15 @@ int train_command(const Args& args) {
   if (!parse_flags(args, f)) return 0;
   // Everything that can be wrong with the config is checked before joining the job.
   if (f.print_default_config) {
-    std::printf("%s\n", f.task == "digits" ? default_digits_config() : default_train_config());
+    std::printf("%s\n", f.task == "digits" ? default_digits_config()
+                        : f.task == "dlrm"  ? default_dlrm_config()
+                        : f.task == "mlm"   ? default_mlm_config()
+                                            : default_train_config());
     return 0;
+  }
+  if (f.task == "dlrm" && f.config.empty()) {
+    return train_dlrm(runtime::Config::from_string(default_dlrm_config(), "default config"),
+                      f.steps, f.out);
   }
   const bool digits_default = f.config.empty() && f.task == "digits";
   runtime::Config cfg = f.config.empty()
@@ -183,6 +198,21 @@ int train_command(const Args& args) {
                                   digits_default ? default_digits_config() : default_train_config(),
                                   "default config")
                             : runtime::Config::from_file(f.config);
+  if (f.task == "mlm" || is_bert_config(cfg)) {
+    TS_CHECK_T(ConfigError, f.config.empty() || is_bert_config(cfg), "--task mlm trains a BERT: "
+               "the config's model.type must be \"bert\" (or leave --config out for the default)");
+    TS_CHECK_T(ConfigError, !f.resume && !f.bf16 && !f.fp16 && !cfg.checkpoint.last_save_in_hf,
+               "--task mlm takes no --resume, --bf16, --fp16 or checkpoint.last_save_in_hf");
+    return train_mlm(f.config.empty() ? runtime::Config::from_string(default_mlm_config(),
+                                                                      "default config")
+                                      : cfg,
+                     f.steps, f.out);
+  }
+  const bool lm = !(f.task == "digits" || is_resnet_config(cfg) || f.task == "dlrm" ||
+                    is_dlrm_config(cfg));
+  TS_CHECK_T(ConfigError, lm || !cfg.checkpoint.last_save_in_hf, "config 'checkpoint."
+             "last_save_in_hf' writes a GPT or a Llama as a Hugging Face directory; this run "
+             "trains another model: remove the key");
   if (f.task == "digits" || is_resnet_config(cfg)) {
     TS_CHECK_T(ConfigError, is_resnet_config(cfg), "--task digits trains a ResNet: the config's "
                "model.type must be \"resnet\" (or leave --config out for the default)");
@@ -190,9 +220,18 @@ int train_command(const Args& args) {
                "--bf16 or --fp16");
     return train_digits(cfg, f.steps, f.out);
   }
+  if (f.task == "dlrm" || is_dlrm_config(cfg)) {
+    TS_CHECK_T(ConfigError, is_dlrm_config(cfg), "--task dlrm trains a DLRM: the config's "
+               "model.type must be \"dlrm\" (or leave --config out for the default)");
+    TS_CHECK_T(ConfigError, !f.resume && !f.bf16 && !f.fp16, "--task dlrm takes no --resume, "
+               "--bf16 or --fp16");
+    return train_dlrm(cfg, f.steps, f.out);
+  }
   if (f.bf16) cfg.precision.dtype = "bf16";
   if (f.fp16) cfg.precision.dtype = "fp16";
   TrainSettings s = TrainSettings::from_config(cfg);
+  const nlohmann::json hf_model = s.is_llama() ? runtime::hf::hf_model_description(s.llama)
+                                               : runtime::hf::hf_model_description(s.model);
   if (!cfg.optimizer.weight_decay_exclude_set) {
     cfg.optimizer.weight_decay_exclude =
         s.is_llama() ? llama_no_weight_decay() : gpt_no_weight_decay();
@@ -319,13 +358,13 @@ int train_command(const Args& args) {
       }
     }
     const bool due = (s.checkpoint_interval > 0 && step % s.checkpoint_interval == 0) || last;
-    if (due) save(*backend, data, s.out_dir, cfg.checkpoint, last, metrics);
+    if (due) save(*backend, data, s.out_dir, cfg.checkpoint, last, metrics, hf_model);
     // Preemption: every rank stops after the same step once any rank got SIGTERM
     // or SIGINT, with a checkpoint of that step.
     if (!last && backend->any_rank(PreemptionGuard::received() != 0)) {
       const int sig = PreemptionGuard::received() != 0 ? PreemptionGuard::received() : SIGTERM;
       if (s.checkpoint_on_preempt && !due) {
-        save(*backend, data, s.out_dir, cfg.checkpoint, true, metrics);
+        save(*backend, data, s.out_dir, cfg.checkpoint, true, metrics, hf_model);
       }
       backend->wait_for_checkpoint();  // a background save of this step commits before the exit
       if (rank0) {
@@ -351,6 +390,14 @@ int train_command(const Args& args) {
     backend->sample(s.sample_prompt, s.sample_length, cfg.seed);
   }
   if (rank0) write_run_plot(s.out_dir, s.metrics);
+  if (rank0 && cfg.checkpoint.last_save_in_hf) {
+    runtime::hf::HfExportOptions hf_options;
+    hf_options.overwrite = true;
+    const std::string from =
+        runtime::hf::export_checkpoint_to_hf(s.out_dir, s.out_dir + "/hf", hf_options);
+    std::printf("wrote %s/hf (Hugging Face %s) from %s\n", s.out_dir.c_str(),
+                hf_model.value("type", "").c_str(), from.c_str());
+  }
   flops.print_summary();
   if (rank0) std::fflush(stdout);
   observability.report();

@@ -2,6 +2,7 @@
 
 #include "tessera/cli/commands/train_llama.h"
 #include "tessera/core/check.h"
+#include "tessera/runtime/hf/gpt2_config.h"
 
 namespace tessera::cli {
 namespace {
@@ -48,6 +49,20 @@ void read_train(const runtime::Config& cfg, TrainSettings& s) {
   TS_CHECK_T(ConfigError, s.sample_length >= 0, "config key 'train.sample_length' must be >= 0");
   s.sample_prompt = read_string(t, "sample_prompt", w, s.sample_prompt);
   TS_CHECK_T(ConfigError, !s.sample_prompt.empty(), "config key 'train.sample_prompt' is empty");
+}
+
+// model.init_from_hf for the GPT: the sizes come from the directory's
+// config.json (a GPT2LMHeadModel), so a size key beside it could only disagree.
+void read_gpt2_sizes(const runtime::Config& cfg, TrainSettings& s) {
+  const auto& m = cfg.model;
+  for (const char* key : {"vocab_size", "block_size", "n_layer", "n_head", "n_embd", "bias"}) {
+    TS_CHECK_T(ConfigError, !m.contains(key), "config key 'model.", key, "' conflicts with "
+               "'model.init_from_hf': the sizes come from ", s.init_from_hf,
+               "/config.json; remove the key");
+  }
+  runtime::hf::Gpt2ImportOptions options;
+  if (m.contains("dropout")) options.dropout = read_number(m, "dropout", "model", 0.0);
+  s.model = runtime::hf::read_gpt2_config(s.init_from_hf, options).model;
 }
 
 }  // namespace
@@ -103,13 +118,18 @@ TrainSettings TrainSettings::from_config(const runtime::Config& cfg) {
     return s;
   }
   check_known_keys(m, {"type", "vocab_size", "block_size", "n_layer", "n_head", "n_embd", "dropout",
-                       "bias", "fused_attention", "seed"}, "model");
-  s.model.block_size = read_positive_int(m, "block_size", "model", s.model.block_size);
-  s.model.n_layer = read_positive_int(m, "n_layer", "model", s.model.n_layer);
-  s.model.n_head = read_positive_int(m, "n_head", "model", s.model.n_head);
-  s.model.n_embd = read_positive_int(m, "n_embd", "model", s.model.n_embd);
+                       "bias", "fused_attention", "seed", "init_from_hf"}, "model");
+  s.init_from_hf = read_string(m, "init_from_hf", "model", "");
+  if (!s.init_from_hf.empty()) {
+    read_gpt2_sizes(cfg, s);
+  } else {
+    s.model.block_size = read_positive_int(m, "block_size", "model", s.model.block_size);
+    s.model.n_layer = read_positive_int(m, "n_layer", "model", s.model.n_layer);
+    s.model.n_head = read_positive_int(m, "n_head", "model", s.model.n_head);
+    s.model.n_embd = read_positive_int(m, "n_embd", "model", s.model.n_embd);
+    s.model.bias = read_bool(m, "bias", "model", s.model.bias);
+  }
   s.model.dropout = read_number(m, "dropout", "model", s.model.dropout);
-  s.model.bias = read_bool(m, "bias", "model", s.model.bias);
   s.model.fused_attention =
       read_bool(m, "fused_attention", "model", s.model.fused_attention);
   s.model.seed = static_cast<uint64_t>(read_int(m, "seed", "model", static_cast<int64_t>(cfg.seed)));
@@ -132,8 +152,10 @@ TrainSettings TrainSettings::from_config(const runtime::Config& cfg) {
 
   read_data(cfg, s);
   // Bytes need 256 ids; token files default to GPT-2's vocabulary.
-  s.model.vocab_size = read_positive_int(m, "vocab_size", "model",
-                                         s.is_token_file() ? 50257 : 256);
+  if (s.init_from_hf.empty()) {
+    s.model.vocab_size = read_positive_int(m, "vocab_size", "model",
+                                           s.is_token_file() ? 50257 : 256);
+  }
   TS_CHECK_T(ConfigError, s.is_token_file() || s.model.vocab_size >= 256,
              "config key 'model.vocab_size' is ", s.model.vocab_size,
              " but text data is read as bytes (256 ids): use at least 256");

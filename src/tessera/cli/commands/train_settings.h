@@ -19,11 +19,13 @@
 namespace tessera::cli {
 
 struct TrainSettings {
-  // model.type: "gpt" (model) or "llama" (llama, init_from_hf: train_llama.h;
+  // model.type: "gpt" (model) or "llama" (llama: train_llama.h;
   // model then carries only the block_size and vocab_size the data reads).
   std::string model_type = "gpt";
   models::GPTConfig model;
   models::LlamaConfig llama;
+  // model.init_from_hf: a Hugging Face directory (GPT2LMHeadModel for the GPT,
+  // LlamaForCausalLM for the Llama) whose config and weights start the run.
   std::string init_from_hf;
   // Data: a text file or directory (read as bytes), or a llm.c .bin token file.
   std::string data_path;

@@ -76,18 +76,19 @@ void check_head(const HfCheckpoint& ckpt, const std::map<std::string, std::strin
 
 }  // namespace
 
-void load_gpt2_into(models::GPTImpl& model, const std::string& dir) {
+void load_gpt2_parameters(const models::GPTConfig& config, const NamedParameters& params,
+                          const std::string& dir, const SliceFn& slice) {
   Gpt2ImportOptions options;
-  options.dropout = model.config().dropout;  // dropout is the model's, not the file's
+  options.dropout = config.dropout;  // dropout is the model's, not the file's
   const Gpt2HfConfig hf = read_gpt2_config(dir, options);
-  check_config_matches(model.config(), hf.model, dir);
+  check_config_matches(config, hf.model, dir);
   const HfCheckpoint ckpt = HfCheckpoint::open(dir);
   const auto layout = gpt2_tensors(hf.model);
   std::set<std::string> expected;
   for (const auto& t : layout) expected.insert(t.name);
   const auto names = checkpoint_names(ckpt, expected);
+  std::map<std::string, at::Tensor> held(params.begin(), params.end());
 
-  auto params = model.named_parameters(/*recurse=*/true);
   std::vector<std::pair<at::Tensor, at::Tensor>> copies;  // (parameter, source)
   for (const auto& t : layout) {
     auto it = names.find(t.name);
@@ -96,22 +97,33 @@ void load_gpt2_into(models::GPTImpl& model, const std::string& dir) {
                "), which Tessera's GPT needs; is the download complete?");
     auto source = checked_tensor(ckpt, it->second, t.hf_shape, "config.json");
     if (t.transposed) source = source.t();
-    auto* param = params.find(t.name);
-    if (param == nullptr) {
-      TS_INTERNAL_ASSERT(t.linear_bias, "GPT has no parameter ", t.name);
+    if (t.linear_bias && !config.bias) {
       TS_CHECK_T(CheckpointError, source.count_nonzero().item<int64_t>() == 0,
                  "Hugging Face checkpoint ", dir, ": ", it->second,
                  " is not zero but the model has no Linear biases (GPTConfig.bias false)");
       continue;
     }
-    TS_INTERNAL_ASSERT(param->sizes() == source.sizes(), "shape mapping of ", t.name);
-    copies.emplace_back(*param, source);
+    auto param = held.find(t.name);
+    if (param == held.end()) continue;  // another pipeline stage's
+    // A view of the mapped file: slicing reads only the rank's part.
+    at::Tensor part = slice(t.name, source);
+    TS_CHECK_T(CheckpointError, param->second.sizes() == part.sizes(), "Hugging Face checkpoint ",
+               dir, ": ", it->second, " sliced to ", part.sizes(), " does not fit the parameter ",
+               t.name, " ", param->second.sizes());
+    copies.emplace_back(param->second, part);
   }
   check_head(ckpt, names, hf);
 
   // Everything checked: only now is the model written.
   at::NoGradGuard no_grad;
   for (auto& [param, source] : copies) param.copy_(source);
+}
+
+void load_gpt2_into(models::GPTImpl& model, const std::string& dir) {
+  NamedParameters params;
+  for (const auto& p : model.named_parameters(/*recurse=*/true)) params.emplace_back(p.key(), p.value());
+  load_gpt2_parameters(model.config(), params, dir,
+                       [](const std::string&, const at::Tensor& whole) { return whole; });
 }
 
 models::GPT load_gpt2(const std::string& dir, const Gpt2ImportOptions& options) {

@@ -26,7 +26,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "tessera/models/gpt.h"
 #include "tessera/runtime/hf/gpt2_config.h"
@@ -45,6 +48,18 @@ models::GPT load_gpt2(const std::string& dir, const Gpt2ImportOptions& options =
 // the field and both values), or a tensor is missing, misshapen, not floating
 // point, or unknown.
 void load_gpt2_into(models::GPTImpl& model, const std::string& dir);
+
+// The parameters one rank holds of a GPT of `config` (tensor and pipeline
+// parallel layouts): `params` names them as the dense GPT does
+// ("h.3.attn.c_attn.weight"), and `slice(name, whole)` cuts the whole tensor
+// (a view of the memory-mapped file) to this rank's part, so a rank reads only
+// the bytes it keeps. Tensors of other pipeline stages are checked, not read.
+// The checks and errors of load_gpt2_into, plus a slice that does not fit its
+// parameter; nothing is written unless every check passes.
+using NamedParameters = std::vector<std::pair<std::string, at::Tensor>>;
+using SliceFn = std::function<at::Tensor(const std::string& name, const at::Tensor& whole)>;
+void load_gpt2_parameters(const models::GPTConfig& config, const NamedParameters& params,
+                          const std::string& dir, const SliceFn& slice);
 
 using Gpt2ExportOptions = HfExportOptions;  // max_shard_bytes, overwrite
 

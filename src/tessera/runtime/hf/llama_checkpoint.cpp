@@ -9,7 +9,7 @@ namespace tessera::runtime::hf {
 
 namespace {
 
-const std::string kLmHead = "lm_head.weight";
+const std::string kLlamaLmHead = "lm_head.weight";
 
 // Every field that shapes the weights or the forward must agree.
 void check_config_matches(const models::LlamaConfig& have, const models::LlamaConfig& file,
@@ -47,7 +47,7 @@ std::set<std::string> checkpoint_names(const HfCheckpoint& ckpt,
                                        const std::set<std::string>& expected, bool tied) {
   std::set<std::string> names;
   for (const auto& name : ckpt.names()) {
-    if (ends_with(name, ".rotary_emb.inv_freq") || (tied && name == kLmHead)) continue;
+    if (ends_with(name, ".rotary_emb.inv_freq") || (tied && name == kLlamaLmHead)) continue;
     TS_CHECK_T(CheckpointError, expected.count(name) != 0, "Hugging Face checkpoint ", ckpt.dir(),
                ": tensor ", name, " (in ", ckpt.file_of(name),
                ") has no place in Tessera's Llama (expected LlamaForCausalLM's names such as "
@@ -73,7 +73,7 @@ void load_llama_into(models::LlamaImpl& model, const std::string& dir) {
   for (const auto& t : layout) {
     TS_CHECK_T(CheckpointError, names.count(t.name) != 0, "Hugging Face checkpoint ", dir,
                " has no tensor ", t.name, ", which Tessera's Llama needs",
-               t.name == kLmHead ? " (config.json sets tie_word_embeddings false)"
+               t.name == kLlamaLmHead ? " (config.json sets tie_word_embeddings false)"
                                  : "; is the download complete?");
     auto source = checked_tensor(ckpt, t.name, t.shape, "config.json");
     auto* param = params.find(t.name);

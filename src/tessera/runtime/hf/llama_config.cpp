@@ -12,11 +12,11 @@ using nlohmann::json;
 namespace {
 
 // transformers' LlamaConfig defaults (Llama 2 7B), for keys a file lacks.
-constexpr int64_t kDefaultVocab = 32000, kDefaultHidden = 4096, kDefaultIntermediate = 11008;
-constexpr int64_t kDefaultLayers = 32, kDefaultHeads = 32, kDefaultPositions = 2048;
-constexpr double kDefaultEps = 1e-6, kDefaultTheta = 10000.0, kDefaultInitRange = 0.02;
+constexpr int64_t kLlamaDefaultVocab = 32000, kLlamaDefaultHidden = 4096, kLlamaDefaultIntermediate = 11008;
+constexpr int64_t kLlamaDefaultLayers = 32, kLlamaDefaultHeads = 32, kLlamaDefaultPositions = 2048;
+constexpr double kLlamaDefaultEps = 1e-6, kLlamaDefaultTheta = 10000.0, kLlamaDefaultInitRange = 0.02;
 
-void check_architecture(const ConfigKeys& keys) {
+void check_llama_architecture(const ConfigKeys& keys) {
   const std::string model_type = keys.text("model_type", "llama");
   TS_CHECK_T(CheckpointError, model_type == "llama", keys.where(), ": model_type \"", model_type,
              "\" is not supported here (this importer reads Llama checkpoints: model_type "
@@ -81,23 +81,23 @@ models::RopeScaling parse_rope_scaling(const ConfigKeys& keys) {
 models::LlamaConfig parse_llama_config(const std::string& config_json, const std::string& where) {
   const json j = parse_config_object(config_json, where);
   const ConfigKeys keys(j, where);
-  check_architecture(keys);
+  check_llama_architecture(keys);
   models::LlamaConfig c;
-  c.vocab_size = keys.positive_int("vocab_size", kDefaultVocab);
-  c.hidden_size = keys.positive_int("hidden_size", kDefaultHidden);
-  c.intermediate_size = keys.positive_int("intermediate_size", kDefaultIntermediate);
-  c.num_hidden_layers = keys.positive_int("num_hidden_layers", kDefaultLayers);
-  c.num_attention_heads = keys.positive_int("num_attention_heads", kDefaultHeads);
+  c.vocab_size = keys.positive_int("vocab_size", kLlamaDefaultVocab);
+  c.hidden_size = keys.positive_int("hidden_size", kLlamaDefaultHidden);
+  c.intermediate_size = keys.positive_int("intermediate_size", kLlamaDefaultIntermediate);
+  c.num_hidden_layers = keys.positive_int("num_hidden_layers", kLlamaDefaultLayers);
+  c.num_attention_heads = keys.positive_int("num_attention_heads", kLlamaDefaultHeads);
   c.num_key_value_heads = keys.positive_int("num_key_value_heads", c.num_attention_heads);
   c.head_dim = keys.positive_int("head_dim", 0);
-  c.max_position_embeddings = keys.positive_int("max_position_embeddings", kDefaultPositions);
-  c.rms_norm_eps = keys.number("rms_norm_eps", kDefaultEps);
-  c.rope_theta = keys.number("rope_theta", kDefaultTheta);
+  c.max_position_embeddings = keys.positive_int("max_position_embeddings", kLlamaDefaultPositions);
+  c.rms_norm_eps = keys.number("rms_norm_eps", kLlamaDefaultEps);
+  c.rope_theta = keys.number("rope_theta", kLlamaDefaultTheta);
   c.rope_scaling = parse_rope_scaling(keys);
   c.tie_word_embeddings = keys.flag("tie_word_embeddings", false);
   c.attention_bias = keys.flag("attention_bias", false);
   c.mlp_bias = keys.flag("mlp_bias", false);
-  c.initializer_range = keys.number("initializer_range", kDefaultInitRange);
+  c.initializer_range = keys.number("initializer_range", kLlamaDefaultInitRange);
   try {
     c.validate();
   } catch (const Error& e) {
