@@ -14,13 +14,13 @@ install(TARGETS ${TESSERA_LAYER_TARGETS} tessera_lib tessera
 install(EXPORT TesseraTargets NAMESPACE Tessera:: DESTINATION ${TESSERA_CMAKE_INSTALL_DIR})
 
 # Public headers: everything under src/tessera except what only the implementation
-# includes (backend internals that pull in Gloo or MPI headers, queues and wire
+# includes (backend internals that pull in Gloo, MPI or NCCL headers, queues and wire
 # formats, the CLI, the kernels behind the models, the precompiled headers).
 # tests/install/check_installed_headers.sh fails if an installed header includes
 # one that is not installed.
 set(TESSERA_INTERNAL_HEADERS
   "^cli/"
-  "^comm/gloo/" "^comm/mpi/" "^comm/shm/" "^comm/hierarchical/"
+  "^comm/gloo/" "^comm/mpi/" "^comm/nccl/" "^comm/shm/" "^comm/hierarchical/"
   "^comm/agent_store\\.h$" "^comm/collective_check\\.h$" "^comm/process_group_impl\\.h$"
   "^comm/progress_monitor\\.h$" "^comm/serial_executor\\.h$"
   "^comm/base/socket_util\\.h$" "^comm/base/tcp_store_protocol\\.h$"
