@@ -198,9 +198,10 @@ int train_command(const Args& args) {
                                   digits_default ? default_digits_config() : default_train_config(),
                                   "default config")
                             : runtime::Config::from_file(f.config);
-  if (f.task == "mlm" || is_bert_config(cfg)) {
-    TS_CHECK_T(ConfigError, f.config.empty() || is_bert_config(cfg), "--task mlm trains a BERT: "
-               "the config's model.type must be \"bert\" (or leave --config out for the default)");
+  if (f.task == "mlm" || model_type_is(cfg, "bert")) {
+    TS_CHECK_T(ConfigError, f.config.empty() || model_type_is(cfg, "bert"),
+               "--task mlm trains a BERT: the config's model.type must be \"bert\" (or leave "
+               "--config out for the default)");
     TS_CHECK_T(ConfigError, !f.resume && !f.bf16 && !f.fp16 && !cfg.checkpoint.last_save_in_hf,
                "--task mlm takes no --resume, --bf16, --fp16 or checkpoint.last_save_in_hf");
     return train_mlm(f.config.empty() ? runtime::Config::from_string(default_mlm_config(),
@@ -208,20 +209,20 @@ int train_command(const Args& args) {
                                       : cfg,
                      f.steps, f.out);
   }
-  const bool lm = !(f.task == "digits" || is_resnet_config(cfg) || f.task == "dlrm" ||
-                    is_dlrm_config(cfg));
+  const bool lm = !(f.task == "digits" || model_type_is(cfg, "resnet") || f.task == "dlrm" ||
+                    model_type_is(cfg, "dlrm"));
   TS_CHECK_T(ConfigError, lm || !cfg.checkpoint.last_save_in_hf, "config 'checkpoint."
              "last_save_in_hf' writes a GPT or a Llama as a Hugging Face directory; this run "
              "trains another model: remove the key");
-  if (f.task == "digits" || is_resnet_config(cfg)) {
-    TS_CHECK_T(ConfigError, is_resnet_config(cfg), "--task digits trains a ResNet: the config's "
-               "model.type must be \"resnet\" (or leave --config out for the default)");
+  if (f.task == "digits" || model_type_is(cfg, "resnet")) {
+    TS_CHECK_T(ConfigError, model_type_is(cfg, "resnet"), "--task digits trains a ResNet: the "
+               "config's model.type must be \"resnet\" (or leave --config out for the default)");
     TS_CHECK_T(ConfigError, !f.resume && !f.bf16 && !f.fp16, "--task digits takes no --resume, "
                "--bf16 or --fp16");
     return train_digits(cfg, f.steps, f.out);
   }
-  if (f.task == "dlrm" || is_dlrm_config(cfg)) {
-    TS_CHECK_T(ConfigError, is_dlrm_config(cfg), "--task dlrm trains a DLRM: the config's "
+  if (f.task == "dlrm" || model_type_is(cfg, "dlrm")) {
+    TS_CHECK_T(ConfigError, model_type_is(cfg, "dlrm"), "--task dlrm trains a DLRM: the config's "
                "model.type must be \"dlrm\" (or leave --config out for the default)");
     TS_CHECK_T(ConfigError, !f.resume && !f.bf16 && !f.fp16, "--task dlrm takes no --resume, "
                "--bf16 or --fp16");

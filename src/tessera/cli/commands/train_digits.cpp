@@ -187,10 +187,6 @@ const char* default_digits_config() {
 })";
 }
 
-bool is_resnet_config(const runtime::Config& cfg) {
-  return cfg.model.is_object() && cfg.model.value("type", std::string("gpt")) == "resnet";
-}
-
 int train_digits(runtime::Config cfg, int64_t steps, const std::string& out) {
   DigitsSettings s = digits_settings(cfg);
   if (steps > 0) s.steps = steps;

@@ -21,9 +21,6 @@ namespace tessera::cli {
 // The embedded config of --task digits.
 const char* default_digits_config();
 
-// Whether `cfg` asks for the ResNet (model.type "resnet").
-bool is_resnet_config(const runtime::Config& cfg);
-
 // Trains in this worker; returns the exit code. steps > 0 and out override the config.
 int train_digits(runtime::Config cfg, int64_t steps, const std::string& out);
 

@@ -258,10 +258,6 @@ const char* default_dlrm_config() {
 })";
 }
 
-bool is_dlrm_config(const runtime::Config& cfg) {
-  return cfg.model.is_object() && cfg.model.value("type", std::string("gpt")) == "dlrm";
-}
-
 int train_dlrm(runtime::Config cfg, int64_t steps, const std::string& out) {
   DlrmSettings s = dlrm_settings(cfg);
   if (steps > 0) s.steps = steps;

@@ -27,9 +27,6 @@ namespace tessera::cli {
 // The embedded config of --task dlrm.
 const char* default_dlrm_config();
 
-// Whether `cfg` asks for a DLRM (model.type "dlrm").
-bool is_dlrm_config(const runtime::Config& cfg);
-
 // Trains in this worker; returns the exit code. steps > 0 and out override the config.
 int train_dlrm(runtime::Config cfg, int64_t steps, const std::string& out);
 

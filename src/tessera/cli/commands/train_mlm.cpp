@@ -283,10 +283,6 @@ const char* default_mlm_config() {
 })";
 }
 
-bool is_bert_config(const runtime::Config& cfg) {
-  return cfg.model.is_object() && cfg.model.value("type", std::string("gpt")) == "bert";
-}
-
 int train_mlm(runtime::Config cfg, int64_t steps, const std::string& out) {
   MlmSettings s = mlm_settings(cfg);
   if (steps > 0) s.steps = steps;

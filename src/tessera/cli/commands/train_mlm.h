@@ -37,9 +37,6 @@ namespace tessera::cli {
 // The embedded config of --task mlm.
 const char* default_mlm_config();
 
-// Whether `cfg` asks for BERT (model.type "bert").
-bool is_bert_config(const runtime::Config& cfg);
-
 // BERT's masking of `tokens` (int64 [B, T], ids < random_vocab) with draws from
 // `gen`: returns (inputs, labels) where labels hold the original id at the chosen
 // positions and -100 elsewhere. Deterministic for a given generator state.

@@ -88,6 +88,10 @@ const char* default_train_config() {
 })";
 }
 
+bool model_type_is(const runtime::Config& cfg, const std::string& type) {
+  return cfg.model.is_object() && cfg.model.value("type", std::string("gpt")) == type;
+}
+
 const std::vector<std::string>& gpt_no_weight_decay() {
   static const std::vector<std::string> patterns = {"*.bias", "*ln_*", "wte.*", "wpe.*"};
   return patterns;

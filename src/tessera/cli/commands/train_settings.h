@@ -59,4 +59,8 @@ const char* default_train_config();
 // embeddings (minGPT's and nanoGPT's grouping).
 const std::vector<std::string>& gpt_no_weight_decay();
 
+// Whether `cfg`'s model.type is `type` (absent: "gpt"): how tessera train picks
+// the task a config is for (resnet, dlrm, bert, or the language models).
+bool model_type_is(const runtime::Config& cfg, const std::string& type);
+
 }  // namespace tessera::cli
