@@ -151,20 +151,62 @@ LlamaImpl::LlamaImpl(const LlamaConfig& config) : config_(config) {
   init_weights();
 }
 
-void LlamaImpl::init_weights() {
+std::vector<std::pair<std::string, std::vector<int64_t>>> llama_parameter_shapes(
+    const LlamaConfig& c) {
+  std::vector<std::pair<std::string, std::vector<int64_t>>> out;
+  auto linear = [&](const std::string& name, int64_t in, int64_t out_features, bool bias) {
+    out.emplace_back(name + ".weight", std::vector<int64_t>{out_features, in});
+    if (bias) out.emplace_back(name + ".bias", std::vector<int64_t>{out_features});
+  };
+  const int64_t C = c.hidden_size, hd = c.effective_head_dim();
+  const int64_t q = c.num_attention_heads * hd, kv = c.num_key_value_heads * hd;
+  out.emplace_back("model.embed_tokens.weight", std::vector<int64_t>{c.vocab_size, C});
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    const std::string layer = "model.layers." + std::to_string(i) + ".";
+    linear(layer + "self_attn.q_proj", C, q, c.attention_bias);
+    linear(layer + "self_attn.k_proj", C, kv, c.attention_bias);
+    linear(layer + "self_attn.v_proj", C, kv, c.attention_bias);
+    linear(layer + "self_attn.o_proj", q, C, c.attention_bias);
+    linear(layer + "mlp.gate_proj", C, c.intermediate_size, c.mlp_bias);
+    linear(layer + "mlp.up_proj", C, c.intermediate_size, c.mlp_bias);
+    linear(layer + "mlp.down_proj", c.intermediate_size, C, c.mlp_bias);
+    out.emplace_back(layer + "input_layernorm.weight", std::vector<int64_t>{C});
+    out.emplace_back(layer + "post_attention_layernorm.weight", std::vector<int64_t>{C});
+  }
+  out.emplace_back("model.norm.weight", std::vector<int64_t>{C});
+  if (!c.tie_word_embeddings) out.emplace_back("lm_head.weight", std::vector<int64_t>{c.vocab_size, C});
+  return out;
+}
+
+void for_each_initial_parameter(const LlamaConfig& c, const LlamaParameterVisitor& visit) {
+  c.validate();
   torch::NoGradGuard no_grad;
-  auto gen = at::detail::createCPUGenerator(config_.seed);
-  // Registration order, so the draws are reproducible.
-  for (auto& p : named_parameters(/*recurse=*/true)) {
-    const std::string& name = p.key();
+  auto gen = at::detail::createCPUGenerator(c.seed);
+  // Registration order, so every draw consumes the generator exactly as the
+  // dense model's does: norms one, biases zero, the rest N(0, initializer_range).
+  for (const auto& [name, shape] : llama_parameter_shapes(c)) {
     if (name.find("norm.weight") != std::string::npos) {
-      p.value().fill_(1.0);
+      visit(name, torch::ones(shape));
     } else if (name.size() >= 5 && name.compare(name.size() - 5, 5, ".bias") == 0) {
-      p.value().zero_();
+      visit(name, torch::zeros(shape));
     } else {
-      p.value().normal_(0.0, config_.initializer_range, gen);
+      visit(name, torch::empty(shape).normal_(0.0, c.initializer_range, gen));
     }
   }
+}
+
+void LlamaImpl::init_weights() {
+  torch::NoGradGuard no_grad;
+  auto params = named_parameters(/*recurse=*/true);
+  size_t filled = 0;
+  for_each_initial_parameter(config_, [&](const std::string& name, const torch::Tensor& value) {
+    torch::Tensor* p = params.find(name);
+    TS_INTERNAL_ASSERT(p != nullptr && p->sizes() == value.sizes(), "Llama initializer: ", name);
+    p->copy_(value);
+    ++filled;
+  });
+  TS_INTERNAL_ASSERT(filled == params.size(), "Llama initializer covers ", filled, " of ",
+                     params.size(), " parameters");
 }
 
 torch::Tensor LlamaImpl::forward(const torch::Tensor& idx) {

@@ -32,6 +32,10 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "tessera/models/rope.h"
 
@@ -157,5 +161,19 @@ class LlamaImpl : public torch::nn::Module {
   LlamaConfig config_;
 };
 TORCH_MODULE(Llama);
+
+// The Llama's initial parameters for `config`, in registration order, one
+// dense tensor at a time: bit-identical to what Llama(config) holds after
+// construction (it draws through this very function). Tensor- and pipeline-
+// parallel ranks keep the slices they own without ever holding the whole
+// model. `visit` may keep the tensor it is given. ConfigError if the config is
+// invalid.
+// Every parameter of Llama(config) with its shape, in registration order.
+std::vector<std::pair<std::string, std::vector<int64_t>>> llama_parameter_shapes(
+    const LlamaConfig& config);
+
+using LlamaParameterVisitor =
+    std::function<void(const std::string& name, const torch::Tensor& value)>;
+void for_each_initial_parameter(const LlamaConfig& config, const LlamaParameterVisitor& visit);
 
 }  // namespace tessera::models

@@ -16,9 +16,11 @@
 #include "tessera/core/trace.h"
 #include "tessera/data/byte_text_dataset.h"
 #include "tessera/parallel/tensor/parallel_layers.h"
-#include "tessera/parallel/tensor/tp_gpt.h"
+#include "tessera/parallel/pipeline/gpt_pipeline_stage.h"
+#include "tessera/parallel/pipeline/llama_pipeline_stage.h"
 #include "tessera/parallel/topology.h"
 #include "tessera/runtime/hf/gpt2_checkpoint.h"
+#include "tessera/runtime/hf/llama_checkpoint.h"
 #include "tessera/runtime/model_parallel/model_parallel_engine.h"
 
 namespace tessera::cli {
@@ -188,11 +190,16 @@ class DataParallelBackend : public TrainBackend {
   OverflowSteps overflow_steps_;
 };
 
+// The model family the ModelParallelEngine builds: the Llama or the GPT.
+parallel::DecoderSpec decoder_spec(const TrainSettings& s) {
+  return s.is_llama() ? parallel::llama_decoder_spec(s.llama) : parallel::gpt_decoder_spec(s.model);
+}
+
 // Tensor, pipeline and data parallel through the ModelParallelEngine.
 class ModelParallelBackend : public TrainBackend {
  public:
   ModelParallelBackend(const runtime::Config& cfg, const TrainSettings& s)
-      : engine_(s.model, cfg, default_group()),
+      : engine_(decoder_spec(s), cfg, default_group()),
         batch_(cfg.train_micro_batch_size_per_gpu * cfg.gradient_accumulation_steps) {
     if (!s.init_from_hf.empty()) load_hf(s);
   }
@@ -230,11 +237,16 @@ class ModelParallelBackend : public TrainBackend {
   void load_hf(const TrainSettings& s) {
     const int tp_rank = engine_.mesh().coord().tp;
     const int tp = engine_.mesh().topology().tp();
-    runtime::hf::load_gpt2_parameters(
-        s.model, engine_.stage().named_parameters(), s.init_from_hf,
-        [&](const std::string& name, const at::Tensor& whole) {
-          return parallel::dense_slice(whole, parallel::dense_slice_of(name), tp_rank, tp);
-        });
+    auto slice = [&](const std::string& name, const at::Tensor& whole) {
+      return parallel::dense_slice(whole, engine_.stage().slice_of(name), tp_rank, tp);
+    };
+    if (s.is_llama()) {
+      runtime::hf::load_llama_parameters(s.llama, engine_.stage().named_parameters(),
+                                         s.init_from_hf, slice);
+    } else {
+      runtime::hf::load_gpt2_parameters(s.model, engine_.stage().named_parameters(),
+                                        s.init_from_hf, slice);
+    }
   }
 
   void sample(const std::string&, int64_t, uint64_t) override {
@@ -266,14 +278,11 @@ class ModelParallelBackend : public TrainBackend {
 }  // namespace
 
 DataShard check_train_layout(runtime::Config& cfg, const TrainSettings& s, int world, int rank) {
-  // A Llama under tensor or pipeline parallelism was refused with the settings.
-  TS_INTERNAL_ASSERT(!(s.is_llama() && cfg.model_parallel.enabled()),
-                     "llama with model parallelism");
   if (!cfg.model_parallel.enabled()) {
     cfg.resolve_batch(world);
     return {world, rank};
   }
-  const int dp = runtime::ModelParallelEngine::check_layout(s.model, cfg, world);
+  const int dp = runtime::ModelParallelEngine::check_layout(decoder_spec(s), cfg, world);
   const auto& mp = cfg.model_parallel;
   const parallel::Topology t(world, mp.tensor_model_parallel_size, mp.pipeline_model_parallel_size);
   return {dp, t.coord(rank).dp};

@@ -58,11 +58,6 @@ models::LlamaConfig parse_sizes(const nlohmann::json& m, int64_t default_vocab) 
 }
 
 void check_supported(const runtime::Config& cfg) {
-  TS_CHECK_T(ConfigError, !cfg.model_parallel.enabled(),
-             "model.type llama does not support tensor or pipeline parallelism yet "
-             "(tensor_model_parallel_size and pipeline_model_parallel_size must be 1): the "
-             "model-parallel engine builds the GPT; train the Llama with data parallelism and "
-             "ZeRO");
   TS_CHECK_T(ConfigError, !cfg.precision.enabled(),
              "model.type llama trains in float32 for now: remove bf16/fp16 (and --bf16/--fp16)");
   TS_CHECK_T(ConfigError, !cfg.activation_checkpointing.enabled,

@@ -11,9 +11,11 @@
 // gives the sizes (the section then takes no size keys) and whose weights every
 // rank loads before training.
 //
-// Not yet supported for a Llama, each a ConfigError before the job starts:
-// tensor or pipeline parallelism (the ModelParallelEngine builds the GPT),
-// bf16/fp16 and activation checkpointing.
+// Tensor and pipeline parallelism (tensor_model_parallel_size,
+// pipeline_model_parallel_size, sequence_parallel) train it through the
+// ModelParallelEngine; init_from_hf then reads only each rank's slices. Not yet
+// supported for a Llama, each a ConfigError before the job starts: bf16/fp16
+// and activation checkpointing.
 #pragma once
 
 #include <string>

@@ -41,6 +41,7 @@
 
 #include "tessera/models/gpt.h"
 #include "tessera/parallel/tensor/parallel_layers.h"
+#include "tessera/parallel/tensor/tp_decoder.h"
 
 namespace tessera::parallel {
 
@@ -48,17 +49,13 @@ namespace tessera::parallel {
 // (dense_slice, parallel_layers.h, cuts it).
 DenseSlice dense_slice_of(const std::string& parameter_name);
 
-// Which part of the GPT a rank holds; the default is all of it.
-struct GptPart {
-  std::vector<std::pair<int64_t, int64_t>> blocks;  // [begin, end) ranges; empty: every block
-  bool embedding = true;  // wte and wpe, and embed()
-  bool head = true;       // ln_f and the tied wte, and head_loss()
-};
+// Which part of the GPT a rank holds (tp_decoder.h); the default is all of it.
+using GptPart = DecoderPart;
 
 // The checks TensorParallelGPT makes of a layout, without building anything.
 void check_tensor_parallel_layout(const models::GPTConfig& config, int tp, bool sequence_parallel);
 
-class TensorParallelGPTImpl : public torch::nn::Module {
+class TensorParallelGPTImpl : public torch::nn::Module, public TpDecoder {
  public:
   TensorParallelGPTImpl(const models::GPTConfig& config, TensorParallelOptions tp,
                         GptPart part = {});
@@ -70,11 +67,15 @@ class TensorParallelGPTImpl : public torch::nn::Module {
 
   // The parts (GptPart says which a rank holds; tessera::Error otherwise).
   // idx [B, T] -> the input of block 0, [B, T(/tp under sequence parallel), C].
-  torch::Tensor embed(const torch::Tensor& idx);
+  torch::Tensor embed(const torch::Tensor& idx) override;
   // Blocks [begin, end) on x [B, T(/tp), C].
-  torch::Tensor blocks(int64_t begin, int64_t end, torch::Tensor x);
+  torch::Tensor blocks(int64_t begin, int64_t end, torch::Tensor x) override;
   // ln_f, the tied head and the vocab-parallel loss of x [B, T(/tp), C].
-  torch::Tensor head_loss(const torch::Tensor& x, const torch::Tensor& targets);
+  torch::Tensor head_loss(const torch::Tensor& x, const torch::Tensor& targets) override;
+  torch::Tensor tied_embedding() const override { return token_embedding(); }
+  std::string tied_embedding_name() const override { return "wte.weight"; }
+  DenseSlice slice_of(const std::string& name) const override { return dense_slice_of(name); }
+  torch::nn::Module& module() override { return *this; }
 
   const models::GPTConfig& config() const { return config_; }
   const TensorParallelOptions& tp() const { return tp_; }

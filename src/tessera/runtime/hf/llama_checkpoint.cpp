@@ -59,16 +59,17 @@ std::set<std::string> checkpoint_names(const HfCheckpoint& ckpt,
 
 }  // namespace
 
-void load_llama_into(models::LlamaImpl& model, const std::string& dir) {
+void load_llama_parameters(const models::LlamaConfig& config, const LlamaNamedParameters& params,
+                           const std::string& dir, const LlamaSliceFn& slice) {
   const models::LlamaConfig file = read_llama_config(dir);
-  check_config_matches(model.config(), file, dir);
+  check_config_matches(config, file, dir);
   const HfCheckpoint ckpt = HfCheckpoint::open(dir);
   const auto layout = llama_tensors(file);
   std::set<std::string> expected;
   for (const auto& t : layout) expected.insert(t.name);
   const auto names = checkpoint_names(ckpt, expected, file.tie_word_embeddings);
+  std::map<std::string, at::Tensor> held(params.begin(), params.end());
 
-  auto params = model.named_parameters(/*recurse=*/true);
   std::vector<std::pair<at::Tensor, at::Tensor>> copies;  // (parameter, source)
   for (const auto& t : layout) {
     TS_CHECK_T(CheckpointError, names.count(t.name) != 0, "Hugging Face checkpoint ", dir,
@@ -76,15 +77,26 @@ void load_llama_into(models::LlamaImpl& model, const std::string& dir) {
                t.name == kLlamaLmHead ? " (config.json sets tie_word_embeddings false)"
                                  : "; is the download complete?");
     auto source = checked_tensor(ckpt, t.name, t.shape, "config.json");
-    auto* param = params.find(t.name);
-    TS_INTERNAL_ASSERT(param != nullptr && param->sizes() == source.sizes(),
-                       "Llama parameter layout of ", t.name);
-    copies.emplace_back(*param, source);
+    auto param = held.find(t.name);
+    if (param == held.end()) continue;  // another pipeline stage's
+    // A view of the mapped file: slicing reads only the rank's part.
+    at::Tensor part = slice(t.name, source);
+    TS_CHECK_T(CheckpointError, param->second.sizes() == part.sizes(), "Hugging Face checkpoint ",
+               dir, ": ", t.name, " sliced to ", part.sizes(), " does not fit the parameter ",
+               param->second.sizes());
+    copies.emplace_back(param->second, part);
   }
   // Everything checked: only now is the model written (copy_ converts 16-bit
   // files to float32 and moves them to the parameters' device).
   at::NoGradGuard no_grad;
   for (auto& [param, source] : copies) param.copy_(source);
+}
+
+void load_llama_into(models::LlamaImpl& model, const std::string& dir) {
+  LlamaNamedParameters params;
+  for (const auto& p : model.named_parameters(/*recurse=*/true)) params.emplace_back(p.key(), p.value());
+  load_llama_parameters(model.config(), params, dir,
+                        [](const std::string&, const at::Tensor& whole) { return whole; });
 }
 
 models::Llama load_llama(const std::string& dir) {

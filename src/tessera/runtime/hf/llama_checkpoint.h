@@ -24,7 +24,10 @@
 // expected value. Not thread-safe for one model; distinct models may load at once.
 #pragma once
 
+#include <functional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "tessera/models/llama.h"
 #include "tessera/runtime/hf/hf_checkpoint.h"
@@ -42,6 +45,18 @@ models::Llama load_llama(const std::string& dir);
 // both values), or a tensor is missing, misshapen, not floating point, or
 // unknown.
 void load_llama_into(models::LlamaImpl& model, const std::string& dir);
+
+// The parameters one rank holds of a Llama of `config` (tensor and pipeline
+// parallel layouts): `params` names them as the dense Llama does
+// ("model.layers.3.self_attn.q_proj.weight"), and `slice(name, whole)` cuts the
+// whole tensor (a view of the memory-mapped file) to this rank's part, so a
+// rank reads only the bytes it keeps. Tensors of other pipeline stages are
+// checked, not read. The checks and errors of load_llama_into, plus a slice
+// that does not fit its parameter; nothing is written unless every check passes.
+using LlamaNamedParameters = std::vector<std::pair<std::string, at::Tensor>>;
+using LlamaSliceFn = std::function<at::Tensor(const std::string& name, const at::Tensor& whole)>;
+void load_llama_parameters(const models::LlamaConfig& config, const LlamaNamedParameters& params,
+                           const std::string& dir, const LlamaSliceFn& slice);
 
 using LlamaExportOptions = HfExportOptions;  // max_shard_bytes, overwrite
 

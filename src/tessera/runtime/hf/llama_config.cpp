@@ -153,28 +153,9 @@ std::string llama_config_json(const models::LlamaConfig& c) {
 }
 
 std::vector<LlamaTensor> llama_tensors(const models::LlamaConfig& c) {
-  const int64_t C = c.hidden_size, I = c.intermediate_size, hd = c.effective_head_dim();
-  const int64_t q = c.num_attention_heads * hd, kv = c.num_key_value_heads * hd;
+  // transformers' names are Tessera's parameter names.
   std::vector<LlamaTensor> out;
-  out.push_back({"model.embed_tokens.weight", {c.vocab_size, C}});
-  auto linear = [&](const std::string& prefix, int64_t in, int64_t outs, bool bias) {
-    out.push_back({prefix + ".weight", {outs, in}});
-    if (bias) out.push_back({prefix + ".bias", {outs}});
-  };
-  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-    const std::string l = "model.layers." + std::to_string(i) + ".";
-    linear(l + "self_attn.q_proj", C, q, c.attention_bias);
-    linear(l + "self_attn.k_proj", C, kv, c.attention_bias);
-    linear(l + "self_attn.v_proj", C, kv, c.attention_bias);
-    linear(l + "self_attn.o_proj", q, C, c.attention_bias);
-    linear(l + "mlp.gate_proj", C, I, c.mlp_bias);
-    linear(l + "mlp.up_proj", C, I, c.mlp_bias);
-    linear(l + "mlp.down_proj", I, C, c.mlp_bias);
-    out.push_back({l + "input_layernorm.weight", {C}});
-    out.push_back({l + "post_attention_layernorm.weight", {C}});
-  }
-  out.push_back({"model.norm.weight", {C}});
-  if (!c.tie_word_embeddings) out.push_back({"lm_head.weight", {c.vocab_size, C}});
+  for (auto& [name, shape] : models::llama_parameter_shapes(c)) out.push_back({name, shape});
   return out;
 }
 

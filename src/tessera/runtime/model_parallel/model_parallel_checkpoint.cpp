@@ -156,7 +156,7 @@ checkpoint::CheckpointState ModelParallelEngine::checkpoint_state(const json& cl
     for (size_t i = 0; i < params_.names.size(); ++i) {
       const std::string& name = params_.names[i];
       if (stage_->is_duplicate(name)) continue;
-      const DenseSlice slice = parallel::dense_slice_of(name);
+      const DenseSlice slice = stage_->slice_of(name);
       // The tensor and its optimizer fields, in the same slicing.
       std::vector<std::pair<std::string, at::Tensor>> tensors{
           {kCheckpointModelPrefix + name, params_.params[i].detach()}};
@@ -229,7 +229,7 @@ json ModelParallelEngine::load_checkpoint(const std::string& dir) {
     for (size_t i = 0; i < params_.names.size(); ++i) {
       const std::string& name = params_.names[i];
       const at::Tensor& p = params_.params[i];
-      const DenseSlice slice = parallel::dense_slice_of(name);
+      const DenseSlice slice = stage_->slice_of(name);
       const auto full = dense_shape(p, slice, tp_size);
       check_saved_shape(all, kCheckpointModelPrefix + name, full);
       values.push_back(

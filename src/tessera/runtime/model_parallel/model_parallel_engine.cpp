@@ -8,7 +8,8 @@
 #include "tessera/core/trace.h"
 #include "tessera/core/worker_heartbeat.h"
 #include "tessera/parallel/pipeline/pipeline_schedule.h"
-#include "tessera/parallel/tensor/tp_gpt.h"
+#include "tessera/parallel/pipeline/gpt_pipeline_stage.h"
+#include "tessera/parallel/pipeline/llama_pipeline_stage.h"
 #include "tessera/runtime/grad_clip.h"
 #include "tessera/runtime/optimizer_factory.h"
 #include "tessera/runtime/optimizer_chunks.h"
@@ -18,34 +19,21 @@
 namespace tessera::runtime {
 namespace {
 
-// The dense GPT's parameter names, from a GPT of the same depth and bias
-// setting but minimal width (names do not depend on sizes).
-std::vector<std::string> dense_names(const models::GPTConfig& model) {
-  models::GPTConfig tiny = model;
-  tiny.vocab_size = 1;
-  tiny.block_size = 1;
-  tiny.n_head = 1;
-  tiny.n_embd = 1;
-  std::vector<std::string> out;
-  for (const auto& p : models::GPT(tiny)->named_parameters(true)) out.push_back(p.key());
-  return out;
-}
-
 // A weight_decay_exclude pattern the user wrote must match a parameter of the
 // whole model; a stage that lacks what it names is not an error.
-void check_exclude_patterns(const OptimizerConfig& c, const models::GPTConfig& model) {
+void check_exclude_patterns(const OptimizerConfig& c, const parallel::DecoderSpec& model) {
   if (!c.weight_decay_exclude_set || c.weight_decay <= 0) return;
-  const auto names = dense_names(model);
+  const auto& names = model.dense_names;
   for (const auto& pattern : c.weight_decay_exclude) {
     bool used = false;
     for (const auto& n : names) used = used || glob_match(pattern, n);
     TS_CHECK_T(ConfigError, used, "config 'optimizer.params.weight_decay_exclude' pattern '",
-               pattern, "' matches no parameter of the GPT; names look like '", names.front(),
+               pattern, "' matches no parameter of the ", model.family, "; names look like '", names.front(),
                "' (`*` matches any characters)");
   }
 }
 
-parallel::ProcessMesh checked_mesh(const models::GPTConfig& model, Config& config,
+parallel::ProcessMesh checked_mesh(const parallel::DecoderSpec& model, Config& config,
                                    const std::shared_ptr<comm::ProcessGroup>& world) {
   TS_CHECK_T(ConfigError, world != nullptr, "ModelParallelEngine needs a process group");
   ModelParallelEngine::check_layout(model, config, world->size());
@@ -57,22 +45,31 @@ parallel::ProcessMesh checked_mesh(const models::GPTConfig& model, Config& confi
 }  // namespace
 
 int ModelParallelEngine::check_layout(const models::GPTConfig& model, Config& config, int world) {
+  return check_layout(parallel::gpt_decoder_spec(model), config, world);
+}
+
+int ModelParallelEngine::check_layout(const models::LlamaConfig& model, Config& config, int world) {
+  return check_layout(parallel::llama_decoder_spec(model), config, world);
+}
+
+int ModelParallelEngine::check_layout(const parallel::DecoderSpec& model, Config& config, int world) {
   const auto& mp = config.model_parallel;
   const int tp = mp.tensor_model_parallel_size, pp = mp.pipeline_model_parallel_size;
   const int v = mp.virtual_pipeline_model_parallel_size;
   const int dp = mp.data_parallel_size(world);
   if (mp.pipeline_partition_method == "parameters") {
-    parallel::split_layers_by_parameters(model, pp, v);
+    model.split_by_parameters(pp, v);
   } else {
-    parallel::split_layers(model.n_layer, pp, v);
+    parallel::split_layers(model.num_layers, pp, v);
   }
   if (v > 1) {
-    TS_CHECK_T(ConfigError, model.n_layer % pp == 0 && (model.n_layer / pp) % v == 0,
+    const int64_t n = model.num_layers;
+    TS_CHECK_T(ConfigError, n % pp == 0 && (n / pp) % v == 0,
                "virtual_pipeline_model_parallel_size ", v, " does not divide the layers per ",
-               "pipeline stage (model.n_layer ", model.n_layer, " / pipeline_model_parallel_size ",
+               "pipeline stage (", model.layers_key, " ", n, " / pipeline_model_parallel_size ",
                pp, "); every virtual stage needs the same number of layers");
   }
-  parallel::check_tensor_parallel_layout(model, tp, mp.sequence_parallel);
+  model.check_tensor_parallel(tp, mp.sequence_parallel);
   TS_CHECK_T(ConfigError, config.zero.stage <= 1, "zero_optimization.stage ", config.zero.stage,
              " is not supported together with tensor or pipeline parallelism yet; use stage 1 "
              "(optimizer state sharded over the data-parallel group) or 0");
@@ -89,7 +86,15 @@ int ModelParallelEngine::check_layout(const models::GPTConfig& model, Config& co
 
 ModelParallelEngine::ModelParallelEngine(const models::GPTConfig& model, Config config,
                                          std::shared_ptr<comm::ProcessGroup> world)
-    : config_(std::move(config)), model_(model), mesh_(checked_mesh(model_, config_, world)),
+    : ModelParallelEngine(parallel::gpt_decoder_spec(model), std::move(config), std::move(world)) {}
+
+ModelParallelEngine::ModelParallelEngine(const models::LlamaConfig& model, Config config,
+                                         std::shared_ptr<comm::ProcessGroup> world)
+    : ModelParallelEngine(parallel::llama_decoder_spec(model), std::move(config), std::move(world)) {}
+
+ModelParallelEngine::ModelParallelEngine(parallel::DecoderSpec model, Config config,
+                                         std::shared_ptr<comm::ProcessGroup> world)
+    : config_(std::move(config)), model_(std::move(model)), mesh_(checked_mesh(model_, config_, world)),
       schedule_(config_.scheduler) {
   observability_ =
       std::make_unique<Observability>(config_, mesh_.world()->rank(), mesh_.world()->size());
@@ -98,11 +103,10 @@ ModelParallelEngine::ModelParallelEngine(const models::GPTConfig& model, Config 
              "yet; use bf16 (GPTConfig::compute_dtype = at::kBFloat16) there");
   const auto& mp = config_.model_parallel;
   const int v = mp.virtual_pipeline_model_parallel_size;
-  stage_ = std::make_unique<parallel::GptPipelineStage>(
-      model_, mesh_,
-      parallel::GptStageOptions{v, mp.sequence_parallel, config_.seed,
-                                mp.pipeline_partition_method == "parameters",
-                                config_.activation_checkpointing.partition_activations});
+  stage_ = model_.build_stage(
+      mesh_, parallel::DecoderStageOptions{v, mp.sequence_parallel, config_.seed,
+                                           mp.pipeline_partition_method == "parameters",
+                                           config_.activation_checkpointing.partition_activations});
   executor_ = std::make_unique<parallel::PipelineExecutor>(
       mesh_.pp(),
       parallel::make_pipeline_schedule(mp.pipeline_schedule, mesh_.topology().pp(),
@@ -196,9 +200,9 @@ double ModelParallelEngine::evaluate(const at::Tensor& ids, const at::Tensor& ta
            ids.sizes(), " and ", targets.sizes());
   const int n = static_cast<int>(ids.size(0) / micro);
   stage_->set_batch(ids, targets, n);
-  stage_->model()->eval();  // no dropout
+  stage_->set_training(false);  // no dropout
   const auto r = executor_->evaluate(*stage_, n);
-  stage_->model()->train();
+  stage_->set_training(true);
   const bool counts = r.has_loss && mesh_.coord().tp == 0;
   return world_sum(counts ? r.loss : 0.0) / data_parallel_size();
 }

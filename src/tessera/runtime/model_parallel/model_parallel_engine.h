@@ -1,15 +1,19 @@
-// ModelParallelEngine: trains the GPT with tensor, pipeline and data parallelism
-// together (3D), from the same config the data-parallel Engine reads plus
-// Megatron's top-level keys (ModelParallelConfig, config.h).
+// ModelParallelEngine: trains a decoder-only language model — the GPT or the
+// Llama, or any family described by a parallel::DecoderSpec — with tensor,
+// pipeline and data parallelism together (3D), from the same config the
+// data-parallel Engine reads plus Megatron's top-level keys
+// (ModelParallelConfig, config.h).
 //
 //   auto cfg = tessera::Config::from_file("gpt_3d.json");   // tp 2, pp 2
 //   ModelParallelEngine engine(gpt_config, cfg, tessera::default_group());
+//   // or: ModelParallelEngine engine(llama_config, cfg, tessera::default_group());
 //   auto [ids, targets] = next_batch(engine.data_parallel_rank());  // [accum * micro, T]
 //   double loss = engine.train_step(ids, targets);           // one optimizer step
 //
 // The world is laid out by ProcessMesh (tp innermost, then dp, then pp). Each
 // rank builds only its pipeline stage's blocks, split over its tensor-parallel
-// group (GptPipelineStage), with the dense GPT's weights for the same seed. One
+// group (DecoderPipelineStage: GptPipelineStage, LlamaPipelineStage), with the
+// dense model's weights for the same seed. One
 // train_step runs the configured schedule (pipeline_schedule; the micro-batches
 // are the gradient_accumulation_steps), sums the tied embedding's gradient over
 // the first and last stage, averages gradients over the data-parallel group,
@@ -55,7 +59,8 @@
 
 #include "tessera/comm/process_group.h"
 #include "tessera/models/gpt.h"
-#include "tessera/parallel/pipeline/gpt_pipeline_stage.h"
+#include "tessera/models/llama.h"
+#include "tessera/parallel/pipeline/decoder_pipeline_stage.h"
 #include "tessera/parallel/pipeline/pipeline_executor.h"
 #include "tessera/parallel/process_mesh.h"
 #include "tessera/runtime/checkpoint_saver.h"
@@ -74,10 +79,16 @@ class ModelParallelEngine {
   // Every check of the layout against the model and the world size, without
   // building or communicating anything; resolves the batch for the dp size.
   // ConfigError naming the numbers. Returns the data-parallel size.
+  static int check_layout(const parallel::DecoderSpec& model, Config& config, int world);
   static int check_layout(const models::GPTConfig& model, Config& config, int world);
+  static int check_layout(const models::LlamaConfig& model, Config& config, int world);
 
   // Collective over `world`: builds the mesh's groups, then this rank's stage.
+  ModelParallelEngine(parallel::DecoderSpec model, Config config,
+                      std::shared_ptr<comm::ProcessGroup> world);
   ModelParallelEngine(const models::GPTConfig& model, Config config,
+                      std::shared_ptr<comm::ProcessGroup> world);
+  ModelParallelEngine(const models::LlamaConfig& model, Config config,
                       std::shared_ptr<comm::ProcessGroup> world);
 
   // One optimizer step on this replica's batch, ids and targets int64
@@ -115,9 +126,9 @@ class ModelParallelEngine {
   const parallel::ProcessMesh& mesh() const { return mesh_; }
   int data_parallel_rank() const { return mesh_.coord().dp; }
   int data_parallel_size() const { return mesh_.topology().dp(); }
-  parallel::GptPipelineStage& stage() { return *stage_; }
+  parallel::DecoderPipelineStage& stage() { return *stage_; }
   torch::optim::Optimizer& optimizer() { return *optimizer_; }
-  // Parameters of the whole model, each counted once (the dense GPT's count).
+  // Parameters of the whole model, each counted once (the dense model's count).
   int64_t num_parameters() const { return num_parameters_; }
   MemoryStats memory_stats() const;
   comm::CommStats comm_stats() const { return mesh_.world()->comm_stats(); }
@@ -146,9 +157,9 @@ class ModelParallelEngine {
   // First, so destroyed last (after everything that communicates); set in the body.
   std::unique_ptr<Observability> observability_;
   Config config_;
-  models::GPTConfig model_;
+  parallel::DecoderSpec model_;
   parallel::ProcessMesh mesh_;
-  std::unique_ptr<parallel::GptPipelineStage> stage_;
+  std::unique_ptr<parallel::DecoderPipelineStage> stage_;
   std::unique_ptr<parallel::PipelineExecutor> executor_;
   std::vector<std::unique_ptr<zero::FlatUnit>> units_;  // ZeRO-1: one per optimizer group
   std::unique_ptr<torch::optim::Optimizer> optimizer_;

@@ -1,0 +1,56 @@
+// TpDecoder: what a pipeline stage (pipeline/decoder_pipeline_stage.h) needs of
+// a tensor-parallel decoder-only language model, whatever its family (the GPT of
+// tp_gpt.h, the Llama of tp_llama.h): embed the first stage's tokens, run a
+// range of blocks, finish the last stage with the head and the vocab-parallel
+// loss. A rank builds only the DecoderPart it holds.
+//
+// Parameter names are the dense model's; each rank holds its slice of a tensor
+// as slice_of(name) says (DenseSlice, parallel_layers.h), so checkpoints and
+// Hugging Face files map one to one whatever the layout.
+//
+// Contract: every call is collective over the tensor-parallel group (all its
+// ranks make the same calls in the same order); calling a part the rank does
+// not hold is a tessera::Error. Not thread-safe.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tessera/parallel/tensor/parallel_layers.h"
+
+namespace tessera::parallel {
+
+// Which part of a decoder a rank holds; the default is all of it.
+struct DecoderPart {
+  std::vector<std::pair<int64_t, int64_t>> blocks;  // [begin, end) ranges; empty: every block
+  bool embedding = true;  // the token (and position) embedding, and embed()
+  bool head = true;       // the final norm, the head (or the tied embedding), and head_loss()
+};
+
+class TpDecoder {
+ public:
+  virtual ~TpDecoder() = default;
+  // idx [B, T] -> the input of block 0, [B, T(/tp under sequence parallel), hidden].
+  virtual torch::Tensor embed(const torch::Tensor& idx) = 0;
+  // Blocks [begin, end) on x [B, T(/tp), hidden].
+  virtual torch::Tensor blocks(int64_t begin, int64_t end, torch::Tensor x) = 0;
+  // The final norm, the head and the mean vocab-parallel cross entropy (the same
+  // value on every tensor-parallel rank).
+  virtual torch::Tensor head_loss(const torch::Tensor& x, const torch::Tensor& targets) = 0;
+  // The token embedding this rank holds when the head is tied to it and the rank
+  // holds the embedding or the head; undefined otherwise. A pipeline sums its
+  // gradient over the first and last stage.
+  virtual torch::Tensor tied_embedding() const = 0;
+  // The dense name of the tied token embedding ("" when the head is untied).
+  virtual std::string tied_embedding_name() const = 0;
+  // How this rank's copy of dense parameter `name` is cut from the dense tensor.
+  virtual DenseSlice slice_of(const std::string& name) const = 0;
+  // The module holding the parameters (train/eval, named_parameters).
+  virtual torch::nn::Module& module() = 0;
+};
+
+}  // namespace tessera::parallel
