@@ -38,6 +38,9 @@ class TpDecoder {
   virtual torch::Tensor embed(const torch::Tensor& idx) = 0;
   // Blocks [begin, end) on x [B, T(/tp), hidden].
   virtual torch::Tensor blocks(int64_t begin, int64_t end, torch::Tensor x) = 0;
+  // The final norm and the head on the last block's output: this rank's logits
+  // [B, T, vocab/tp], columns [r vocab/tp, (r+1) vocab/tp) of the dense logits.
+  virtual torch::Tensor logits(const torch::Tensor& x) = 0;
   // The final norm, the head and the mean vocab-parallel cross entropy (the same
   // value on every tensor-parallel rank).
   virtual torch::Tensor head_loss(const torch::Tensor& x, const torch::Tensor& targets) = 0;

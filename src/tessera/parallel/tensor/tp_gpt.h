@@ -72,6 +72,8 @@ class TensorParallelGPTImpl : public torch::nn::Module, public TpDecoder {
   torch::Tensor blocks(int64_t begin, int64_t end, torch::Tensor x) override;
   // ln_f, the tied head and the vocab-parallel loss of x [B, T(/tp), C].
   torch::Tensor head_loss(const torch::Tensor& x, const torch::Tensor& targets) override;
+  // ln_f and the tied head: this rank's logits [B, T, vocab/tp] (compute dtype).
+  torch::Tensor logits(const torch::Tensor& x) override;
   torch::Tensor tied_embedding() const override { return token_embedding(); }
   std::string tied_embedding_name() const override { return "wte.weight"; }
   DenseSlice slice_of(const std::string& name) const override { return dense_slice_of(name); }
@@ -85,7 +87,6 @@ class TensorParallelGPTImpl : public torch::nn::Module, public TpDecoder {
   torch::Tensor token_embedding() const { return wte ? wte->weight : torch::Tensor(); }
 
  private:
-  torch::Tensor logits(const torch::Tensor& x);  // x after the blocks -> [B, T, vocab/tp]
   models::GPTConfig config_;
   TensorParallelOptions tp_;
   GptPart part_;

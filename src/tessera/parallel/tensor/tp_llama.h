@@ -65,7 +65,7 @@ class TensorParallelLlamaImpl : public torch::nn::Module, public TpDecoder {
 
   // The final norm and the head on the last block's output x [B, T(/tp), C]:
   // this rank's logits [B, T, vocab/tp] (a rank holding the head only).
-  torch::Tensor logits(const torch::Tensor& x);
+  torch::Tensor logits(const torch::Tensor& x) override;
 
   const models::LlamaConfig& config() const { return config_; }
 

@@ -1,10 +1,11 @@
-// Hugging Face Llama checkpoints loaded straight into tensor- and pipeline-
-// parallel layouts (ranks as threads over gloo): each rank reads only its
-// slices (load_llama_parameters with the layout's DenseSlice) into its
-// TensorParallelLlama part, and the logits the last stage computes equal the
-// logits `transformers` computed for the same checkpoint (llama_interop.py):
-// grouped-query attention with an untied head, a tied head with a head_dim of
-// its own, and llama3 rope scaling, at tp2, pp2 and tp2·pp2. Then `tessera
+// Hugging Face checkpoints loaded straight into tensor- and pipeline-parallel
+// layouts (ranks as threads over gloo): each rank reads only its slices
+// (load_gpt2_parameters / load_llama_parameters with the layout's DenseSlice)
+// into its TensorParallelGPT / TensorParallelLlama part, and the logits the
+// last stage computes equal the logits `transformers` computed for the same
+// checkpoint (gpt2_interop.py, llama_interop.py): GPT-2, and Llamas with
+// grouped-query attention and an untied head, a tied head with a head_dim of
+// its own, and llama3 rope scaling, at 1 rank, tp2, pp2 and tp2·pp2. Then `tessera
 // train` fine-tunes a Llama at tp2·dp2 from a Hugging Face directory for 20
 // steps and saves its last step as one (checkpoint.last_save_in_hf), which
 // transformers loads with the logits Tessera computes from it.
@@ -13,6 +14,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <memory>
 #include <mutex>
@@ -20,7 +22,9 @@
 #include "tessera/checkpoint/safetensors.h"
 #include "tessera/parallel/pipeline/decoder_pipeline_stage.h"
 #include "tessera/parallel/process_mesh.h"
+#include "tessera/parallel/tensor/tp_gpt.h"
 #include "tessera/parallel/tensor/tp_llama.h"
+#include "tessera/runtime/hf/gpt2_checkpoint.h"
 #include "tessera/runtime/hf/llama_checkpoint.h"
 #include "testing/files.h"
 #include "testing/metrics_file.h"
@@ -36,25 +40,40 @@ using checkpoint::SafetensorsFile;
 
 constexpr double kTolerance = 1e-4;
 
-class HfLlamaParallel : public ::testing::Test {
+class HfParallelLayouts : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = std::make_unique<testing::TempDir>("hf_llama_parallel");
+    dir_ = std::make_unique<testing::TempDir>("hf_parallel_layouts");
     test::run_interop("llama_interop.py", "create " + dir_->path());
+    fs::create_directories(dir_->path() + "/gpt2");
+    test::run_interop("gpt2_interop.py", "create " + dir_->path() + "/gpt2");
   }
   static void TearDownTestSuite() { dir_.reset(); }
   static std::string path(const std::string& name) { return dir_->path() + "/" + name; }
   static std::unique_ptr<testing::TempDir> dir_;
 };
 
-std::unique_ptr<testing::TempDir> HfLlamaParallel::dir_;
+std::unique_ptr<testing::TempDir> HfParallelLayouts::dir_;
 
-// max |logits - transformers'| over the last stage's ranks of a tp x pp layout.
-double layout_diff(const std::string& dir, const std::string& reference, int tp, int pp) {
-  const models::LlamaConfig config = read_llama_config(dir);
+using Params = std::vector<std::pair<std::string, at::Tensor>>;
+
+// This rank's part of a model, its slices loaded from the checkpoint.
+using BuildPart = std::function<std::shared_ptr<parallel::TpDecoder>(
+    const parallel::ProcessMesh& mesh, const parallel::DecoderPart& part)>;
+
+Params named(torch::nn::Module& m) {
+  Params out;
+  for (const auto& p : m.named_parameters()) out.emplace_back(p.key(), p.value());
+  return out;
+}
+
+// max |logits - transformers'| over the last stage's ranks of a tp x pp layout
+// of a model of `layers` blocks and `vocab` tokens.
+double layout_diff(const BuildPart& build, int64_t layers, int64_t vocab,
+                   const std::string& reference, int tp, int pp) {
   auto ref = SafetensorsFile::open(reference);
   const at::Tensor tokens = ref.tensor("tokens"), want = ref.tensor("logits");
-  const auto chunks = parallel::split_layers(config.num_hidden_layers, pp, 1);
+  const auto chunks = parallel::split_layers(layers, pp, 1);
   // The stages run one after another, handing the hidden states over in memory
   // (what the pipeline's send/recv carries between processes).
   std::vector<at::Tensor> handoff(static_cast<size_t>(tp));
@@ -68,13 +87,8 @@ double layout_diff(const std::string& dir, const std::string& reference, int tp,
     part.blocks = {chunks[static_cast<size_t>(stage)]};
     part.embedding = stage == 0;
     part.head = stage == pp - 1;
-    parallel::TensorParallelLlama model(config, parallel::TensorParallelOptions{mesh.tp()}, part);
-    std::vector<std::pair<std::string, at::Tensor>> params;
-    for (const auto& p : model->named_parameters()) params.emplace_back(p.key(), p.value());
-    load_llama_parameters(config, params, dir, [&](const std::string& name, const at::Tensor& whole) {
-      return parallel::dense_slice(whole, parallel::llama_dense_slice_of(name), t, tp);
-    });
-    model->eval();
+    auto model = build(mesh, part);
+    model->module().eval();
     torch::NoGradGuard no_grad;
     at::Tensor x;
     for (int s = 0; s < pp; ++s) {
@@ -87,7 +101,7 @@ double layout_diff(const std::string& dir, const std::string& reference, int tp,
     }
     if (stage != pp - 1) return;
     const at::Tensor got = model->logits(x);
-    const int64_t per = config.vocab_size / tp;
+    const int64_t per = vocab / tp;
     const double diff = (got - want.slice(2, t * per, (t + 1) * per)).abs().max().item<double>();
     std::lock_guard<std::mutex> lock(m);
     worst = std::max(worst, diff);
@@ -95,13 +109,46 @@ double layout_diff(const std::string& dir, const std::string& reference, int tp,
   return worst;
 }
 
-TEST_F(HfLlamaParallel, EveryLayoutReproducesTransformersLogits) {
-  struct Layout {
-    int tp, pp;
+struct Layout {
+  int tp, pp;
+};
+constexpr Layout kLayouts[] = {{1, 1}, {2, 1}, {1, 2}, {2, 2}};
+
+TEST_F(HfParallelLayouts, Gpt2InEveryLayoutReproducesTransformersLogits) {
+  const std::string dir = path("gpt2/lm");
+  models::GPTConfig config = read_gpt2_config(dir).model;
+  config.dropout = 0.0;  // the forward is transformers' eval-mode forward
+  const BuildPart build = [&](const parallel::ProcessMesh& mesh, const parallel::DecoderPart& part) {
+    parallel::TensorParallelGPT model(config, parallel::TensorParallelOptions{mesh.tp()}, part);
+    load_gpt2_parameters(config, named(*model), dir, [&](const std::string& name, const at::Tensor& whole) {
+      return parallel::dense_slice(whole, parallel::dense_slice_of(name), mesh.coord().tp,
+                                   mesh.topology().tp());
+    });
+    return std::shared_ptr<parallel::TpDecoder>(model.ptr());
   };
+  for (const Layout l : kLayouts) {
+    const double diff = layout_diff(build, config.n_layer, config.vocab_size,
+                                    path("gpt2/reference.safetensors"), l.tp, l.pp);
+    std::printf("[hf gpt2] tp%d pp%d: max |logits - transformers| %.3g\n", l.tp, l.pp, diff);
+    EXPECT_LE(diff, kTolerance) << "tp " << l.tp << " pp " << l.pp;
+  }
+}
+
+TEST_F(HfParallelLayouts, LlamaInEveryLayoutReproducesTransformersLogits) {
   for (const std::string name : {"gqa", "tied", "llama3"}) {
-    for (const Layout l : {Layout{1, 1}, Layout{2, 1}, Layout{1, 2}, Layout{2, 2}}) {
-      const double diff = layout_diff(path(name), path(name + ".reference.safetensors"), l.tp, l.pp);
+    const std::string dir = path(name);
+    const models::LlamaConfig config = read_llama_config(dir);
+    const BuildPart build = [&](const parallel::ProcessMesh& mesh, const parallel::DecoderPart& part) {
+      parallel::TensorParallelLlama model(config, parallel::TensorParallelOptions{mesh.tp()}, part);
+      load_llama_parameters(config, named(*model), dir, [&](const std::string& n, const at::Tensor& whole) {
+        return parallel::dense_slice(whole, parallel::llama_dense_slice_of(n), mesh.coord().tp,
+                                     mesh.topology().tp());
+      });
+      return std::shared_ptr<parallel::TpDecoder>(model.ptr());
+    };
+    for (const Layout l : kLayouts) {
+      const double diff = layout_diff(build, config.num_hidden_layers, config.vocab_size,
+                                      path(name + ".reference.safetensors"), l.tp, l.pp);
       std::printf("[hf llama] %s at tp%d pp%d: max |logits - transformers| %.3g\n", name.c_str(),
                   l.tp, l.pp, diff);
       EXPECT_LE(diff, kTolerance) << name << " tp " << l.tp << " pp " << l.pp;
@@ -111,7 +158,7 @@ TEST_F(HfLlamaParallel, EveryLayoutReproducesTransformersLogits) {
 
 // The check can fail: a rank that took another rank's slice (here: every rank
 // rank 0's) is far off.
-TEST_F(HfLlamaParallel, WrongSlicesAreCaught) {
+TEST_F(HfParallelLayouts, WrongSlicesAreCaught) {
   const models::LlamaConfig config = read_llama_config(path("gqa"));
   auto ref = SafetensorsFile::open(path("gqa.reference.safetensors"));
   double diff = 0;
@@ -130,7 +177,7 @@ TEST_F(HfLlamaParallel, WrongSlicesAreCaught) {
   EXPECT_GT(diff, 100 * kTolerance);
 }
 
-TEST_F(HfLlamaParallel, FineTuneAtTp2Dp2ExportsWhatTransformersLoads) {
+TEST_F(HfParallelLayouts, FineTuneAtTp2Dp2ExportsWhatTransformersLoads) {
   // A byte-level Llama (vocab 256, for text read as bytes), GQA, untied head.
   models::LlamaConfig c;
   c.hidden_size = 64;
