@@ -46,7 +46,9 @@ TEST_F(TokenFiles, RoundTripThroughMmap) {
   EXPECT_EQ(fs::file_size(path("t.bin")), 1024u + 2000u);
   TokenFileDataset ds(path("t.bin"));
   ASSERT_EQ(ds.num_tokens(), 1000);
-  for (int i = 0; i < 1000; ++i) ASSERT_EQ(ds.tokens()[i], tokens[static_cast<size_t>(i)]);
+  EXPECT_EQ(ds.bytes_per_token(), 2);
+  EXPECT_EQ(ds.vocab_size(), 65536);
+  for (int i = 0; i < 1000; ++i) ASSERT_EQ(ds.token(i), tokens[static_cast<size_t>(i)]);
   auto [x, y] = ds.get(10, 8);
   for (int t = 0; t < 8; ++t) {
     EXPECT_EQ(x[t].item<int64_t>(), tokens[static_cast<size_t>(10 + t)]);
@@ -60,6 +62,32 @@ TEST_F(TokenFiles, RoundTripThroughMmap) {
   EXPECT_EQ(by[1][7].item<int64_t>(), tokens[123 * 8 + 8]);
   EXPECT_THROW(ds.get(992, 8), Error);
   EXPECT_THROW(ds.get_blocks({124}, 8), Error);
+}
+
+// llm.c's Llama 3 layout: magic 20240801, version 7, uint32 tokens.
+TEST_F(TokenFiles, Uint32RoundTripThroughMmap) {
+  std::vector<uint32_t> tokens;
+  for (uint32_t i = 0; i < 500; ++i) tokens.push_back(i * 2654435761u);  // spans all 32 bits
+  write_token_file(path("w.bin"), tokens);
+  EXPECT_EQ(fs::file_size(path("w.bin")), 1024u + 2000u);
+  TokenFileDataset ds(path("w.bin"));
+  ASSERT_EQ(ds.num_tokens(), 500);
+  EXPECT_EQ(ds.bytes_per_token(), 4);
+  EXPECT_EQ(ds.vocab_size(), int64_t{1} << 32);
+  for (int i = 0; i < 500; ++i) ASSERT_EQ(ds.token(i), tokens[static_cast<size_t>(i)]);
+  auto [x, y] = ds.get(3, 4);
+  EXPECT_EQ(y[3].item<int64_t>(), static_cast<int64_t>(tokens[7]));
+  // A uint32 header with the uint16 version, and a count the bytes do not hold.
+  auto corrupt = [&](const std::string& name, int64_t offset, int32_t value) {
+    fs::copy_file(path("w.bin"), path(name));
+    std::fstream f(path(name), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(offset);
+    f.write(reinterpret_cast<const char*>(&value), 4);
+  };
+  corrupt("w_version.bin", 4, kTokenFileVersion);
+  expect_error([&] { TokenFileDataset d(path("w_version.bin")); }, "w_version.bin", "version 7");
+  corrupt("w_count.bin", 8, 1000);
+  expect_error([&] { TokenFileDataset d(path("w_count.bin")); }, "w_count.bin", "truncated");
 }
 
 TEST_F(TokenFiles, MalformedFilesAreConfigErrorsNamingTheFile) {
@@ -125,8 +153,8 @@ TEST_F(TokenFiles, PrepareWritesTrainAndValTokenFiles) {
   TokenFileDataset train(o.output), val(o.val_output);
   std::string back;
   for (int64_t i = 0; i < train.num_tokens(); ++i)
-    back.push_back(static_cast<char>(train.tokens()[i]));
-  for (int64_t i = 0; i < val.num_tokens(); ++i) back.push_back(static_cast<char>(val.tokens()[i]));
+    back.push_back(static_cast<char>(train.token(i)));
+  for (int64_t i = 0; i < val.num_tokens(); ++i) back.push_back(static_cast<char>(val.token(i)));
   EXPECT_EQ(back, text);
   for (const auto& e : fs::directory_iterator(dir_.path())) {
     EXPECT_EQ(e.path().string().find(".tmp."), std::string::npos) << "temp file left behind";

@@ -5,6 +5,8 @@
 // byte-level BPE must also decode back to the exact text. Then the refusals.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -149,17 +151,30 @@ TEST_F(Tokenizers, PrepareWritesTokenizerIds) {
   EXPECT_TRUE(got == expected) << "token files differ from HF's ids";
 }
 
-TEST_F(Tokenizers, PrepareRefusesVocabularyBeyondUint16) {
+// A vocabulary past 65536 ids (Llama 3 has 128256) is written as uint32 tokens,
+// llm.c's Llama 3 layout, and read back with the same ids, <big> included.
+TEST_F(Tokenizers, PrepareWritesUint32TokensBeyondUint16Vocabularies) {
   nlohmann::json json = nlohmann::json::parse(testing::read_text_file(path("gpt2/tokenizer.json")));
   json["added_tokens"].push_back({{"id", 70000}, {"content", "<big>"}, {"special", true}});
   write("big/tokenizer.json", json.dump());
-  EXPECT_EQ(load_tokenizer(path("big"))->vocab_size(), 70001);
+  auto tokenizer = load_tokenizer(path("big"));
+  EXPECT_EQ(tokenizer->vocab_size(), 70001);
+  write("big.txt", testing::read_text_file(path("text.txt")) + "<big> and <big>");
   PrepareOptions options;
-  options.input = path("text.txt");
+  options.input = path("big.txt");
   options.output = path("big.bin");
   options.tokenizer = path("big");
-  expect_config_error([&] { prepare_token_files(options); }, "65536");
-  EXPECT_FALSE(fs::exists(options.output));
+  const PrepareResult result = prepare_token_files(options);
+  EXPECT_EQ(result.bytes_per_token, 4);
+  const std::vector<int64_t> expected =
+      tokenizer->encode(testing::read_text_file(path("big.txt")));
+  ASSERT_EQ(std::count(expected.begin(), expected.end(), 70000), 2);
+  TokenFileDataset file(options.output);
+  EXPECT_EQ(file.bytes_per_token(), 4);
+  EXPECT_EQ(fs::file_size(options.output), 1024u + 4u * expected.size());
+  std::vector<int64_t> got(static_cast<size_t>(file.num_tokens()));
+  file.copy_tokens(0, file.num_tokens(), got.data());
+  EXPECT_TRUE(got == expected) << "uint32 token file differs from the tokenizer's ids";
 }
 
 TEST_F(Tokenizers, ClearErrors) {

@@ -14,11 +14,22 @@ namespace tessera::data {
 namespace {
 
 // The tokens of `bytes`: the bytes themselves, or `tokenizer`'s ids of the text.
-std::vector<uint16_t> tokens_of(const std::vector<uint8_t>& bytes, const Tokenizer* tokenizer) {
-  if (tokenizer == nullptr) return std::vector<uint16_t>(bytes.begin(), bytes.end());
+std::vector<uint32_t> tokens_of(const std::vector<uint8_t>& bytes, const Tokenizer* tokenizer) {
+  if (tokenizer == nullptr) return std::vector<uint32_t>(bytes.begin(), bytes.end());
   const std::vector<int64_t> ids = tokenizer->encode(
       std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
-  return std::vector<uint16_t>(ids.begin(), ids.end());  // vocab_size() <= 65536 was checked
+  return std::vector<uint32_t>(ids.begin(), ids.end());  // vocab_size() <= 2^32 was checked
+}
+
+// tokens[begin, end) as a .bin file: uint16 when every id of the vocabulary
+// fits, uint32 (llm.c's Llama 3 layout) otherwise.
+void write_range(const std::string& path, const std::vector<uint32_t>& tokens, int64_t begin,
+                 int64_t end, bool wide) {
+  if (wide) {
+    write_token_file(path, std::vector<uint32_t>(tokens.begin() + begin, tokens.begin() + end));
+  } else {
+    write_token_file(path, std::vector<uint16_t>(tokens.begin() + begin, tokens.begin() + end));
+  }
 }
 
 }  // namespace
@@ -33,22 +44,22 @@ PrepareResult prepare_token_files(const PrepareOptions& options) {
   std::unique_ptr<Tokenizer> tokenizer;
   if (!options.tokenizer.empty()) {
     tokenizer = load_tokenizer(options.tokenizer);
-    TS_CHECK_T(ConfigError, tokenizer->vocab_size() <= 65536, "--tokenizer ", options.tokenizer,
-               " has ", tokenizer->vocab_size(), " token ids, but llm.c .bin files (version ",
-               kTokenFileVersion, ") hold uint16 tokens: at most 65536 ids");
+    TS_CHECK_T(ConfigError, tokenizer->vocab_size() <= (int64_t{1} << 32), "--tokenizer ",
+               options.tokenizer, " has ", tokenizer->vocab_size(),
+               " token ids, more than uint32 token files hold");
   }
+  const bool wide = tokenizer != nullptr && tokenizer->vocab_size() > 65536;
   PrepareResult result;
   result.tokenizer = tokenizer ? tokenizer->description() : "bytes";
   result.files_read = static_cast<int64_t>(list_text_files(options.input).size());
-  std::vector<uint16_t> tokens = tokens_of(read_text_bytes(options.input), tokenizer.get());
+  result.bytes_per_token = wide ? 4 : 2;
+  const std::vector<uint32_t> tokens = tokens_of(read_text_bytes(options.input), tokenizer.get());
   const auto n = static_cast<int64_t>(tokens.size());
   const auto n_train = static_cast<int64_t>(static_cast<double>(n) * (1.0 - options.val_fraction));
-  std::vector<uint16_t> train(tokens.begin(), tokens.begin() + n_train);
-  write_token_file(options.output, train);
+  write_range(options.output, tokens, 0, n_train, wide);
   result.train_tokens = n_train;
   if (!options.val_output.empty()) {
-    std::vector<uint16_t> val(tokens.begin() + n_train, tokens.end());
-    write_token_file(options.val_output, val);
+    write_range(options.val_output, tokens, n_train, n, wide);
     result.val_tokens = n - n_train;
   }
   return result;

@@ -6,9 +6,11 @@
 // like ByteTextDataset: the first (1 - val_fraction) tokens go to `output`, the
 // rest to `val_output`. With a tokenizer the whole text is encoded in one call
 // (ids identical to Hugging Face's for the concatenated text; memory is about 8
-// bytes per token) and then split. The .bin format holds uint16 tokens, so a
-// tokenizer with more than 65536 ids is a ConfigError before any encoding. Each file is written to a temp name and renamed, so a
-// crash never leaves a half-written token file under the final name.
+// bytes per token) and then split. Tokens are written as uint16 (llm.c's
+// version 1) when the vocabulary has at most 65536 ids, and as uint32 (llm.c's
+// Llama 3 layout, version 7) when it has more, as Llama 3's 128256 does. Each
+// file is written to a temp name and renamed, so a crash never leaves a
+// half-written token file under the final name.
 #pragma once
 
 #include <cstdint>
@@ -29,6 +31,7 @@ struct PrepareResult {
   int64_t train_tokens = 0;
   int64_t val_tokens = 0;
   std::string tokenizer;  // what encoded the text: "bytes" or Tokenizer::description()
+  int bytes_per_token = 2;  // of the files written: 2 (uint16) or 4 (uint32)
 };
 
 // ConfigError naming the option or path when something is wrong.

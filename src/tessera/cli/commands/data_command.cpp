@@ -29,9 +29,9 @@ int prepare(const Args& args) {
                  "checkpoint directory holding one (default: byte tokens)");
   if (!parse_args(app, args, "tessera data prepare")) return 0;
   data::PrepareResult r = data::prepare_token_files(opts);
-  std::printf("read %lld file(s) from %s\ntokens: %s\nwrote %lld tokens to %s\n",
+  std::printf("read %lld file(s) from %s\ntokens: %s\nwrote %lld tokens (uint%d) to %s\n",
               static_cast<long long>(r.files_read), opts.input.c_str(), r.tokenizer.c_str(),
-              static_cast<long long>(r.train_tokens), opts.output.c_str());
+              static_cast<long long>(r.train_tokens), 8 * r.bytes_per_token, opts.output.c_str());
   if (!opts.val_output.empty()) {
     std::printf("wrote %lld tokens to %s\n", static_cast<long long>(r.val_tokens),
                 opts.val_output.c_str());
