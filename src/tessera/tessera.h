@@ -50,13 +50,19 @@
 
 // parallel: the process mesh, tensor-parallel layers, pipeline schedules.
 #include "tessera/parallel/pipeline/batched_stage.h"
+#include "tessera/parallel/pipeline/bert_pipeline_stage.h"
+#include "tessera/parallel/pipeline/decoder_pipeline_stage.h"
 #include "tessera/parallel/pipeline/gpt_pipeline_stage.h"
+#include "tessera/parallel/pipeline/llama_pipeline_stage.h"
 #include "tessera/parallel/pipeline/layer_pipeline_stage.h"
 #include "tessera/parallel/pipeline/pipeline_executor.h"
 #include "tessera/parallel/pipeline/pipeline_schedule.h"
 #include "tessera/parallel/process_mesh.h"
 #include "tessera/parallel/tensor/parallel_layers.h"
+#include "tessera/parallel/tensor/tp_bert.h"
+#include "tessera/parallel/tensor/tp_decoder.h"
 #include "tessera/parallel/tensor/tp_gpt.h"
+#include "tessera/parallel/tensor/tp_llama.h"
 #include "tessera/parallel/tensor/tp_ops.h"
 #include "tessera/parallel/topology.h"
 

@@ -174,24 +174,78 @@ BertImpl::BertImpl(const BertConfig& config) : config_(config) {
   init_weights();
 }
 
-void BertImpl::init_weights() {
+std::vector<std::pair<std::string, std::vector<int64_t>>> bert_parameter_shapes(
+    const BertConfig& c) {
+  std::vector<std::pair<std::string, std::vector<int64_t>>> out;
+  const int64_t C = c.hidden_size, I = c.intermediate_size;
+  auto add = [&](const std::string& name, std::vector<int64_t> shape) {
+    out.emplace_back(name, std::move(shape));
+  };
+  auto linear = [&](const std::string& name, int64_t in, int64_t outs) {
+    add(name + ".weight", {outs, in});
+    add(name + ".bias", {outs});
+  };
+  auto layer_norm = [&](const std::string& name) {
+    add(name + ".weight", {C});
+    add(name + ".bias", {C});
+  };
+  add("bert.embeddings.word_embeddings.weight", {c.vocab_size, C});
+  add("bert.embeddings.position_embeddings.weight", {c.max_position_embeddings, C});
+  add("bert.embeddings.token_type_embeddings.weight", {c.type_vocab_size, C});
+  layer_norm("bert.embeddings.LayerNorm");
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    const std::string l = "bert.encoder.layer." + std::to_string(i) + ".";
+    linear(l + "attention.self.query", C, C);
+    linear(l + "attention.self.key", C, C);
+    linear(l + "attention.self.value", C, C);
+    linear(l + "attention.output.dense", C, C);
+    layer_norm(l + "attention.output.LayerNorm");
+    linear(l + "intermediate.dense", C, I);
+    linear(l + "output.dense", I, C);
+    layer_norm(l + "output.LayerNorm");
+  }
+  // A module's own parameters come before its children's: the vocabulary bias
+  // before the transform.
+  add("cls.predictions.bias", {c.vocab_size});
+  linear("cls.predictions.transform.dense", C, C);
+  layer_norm("cls.predictions.transform.LayerNorm");
+  return out;
+}
+
+void for_each_initial_parameter(const BertConfig& c, const BertParameterVisitor& visit) {
+  c.validate();
   torch::NoGradGuard no_grad;
-  auto gen = at::detail::createCPUGenerator(config_.seed);
+  auto gen = at::detail::createCPUGenerator(c.seed);
   auto ends_with = [](const std::string& s, const std::string& tail) {
     return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
   };
-  // Registration order, so the draws are reproducible.
-  for (auto& p : named_parameters(/*recurse=*/true)) {
-    const std::string& name = p.key();
+  // Registration order, so the draws are reproducible: LayerNorms one and zero,
+  // biases zero, the rest N(0, initializer_range) with the padding row zeroed.
+  for (const auto& [name, shape] : bert_parameter_shapes(c)) {
     if (name.find("LayerNorm.") != std::string::npos) {
-      p.value().fill_(ends_with(name, ".weight") ? 1.0 : 0.0);
+      visit(name, ends_with(name, ".weight") ? torch::ones(shape) : torch::zeros(shape));
     } else if (ends_with(name, "bias")) {
-      p.value().zero_();
+      visit(name, torch::zeros(shape));
     } else {
-      p.value().normal_(0.0, config_.initializer_range, gen);
+      auto t = torch::empty(shape).normal_(0.0, c.initializer_range, gen);
+      if (name == "bert.embeddings.word_embeddings.weight") t[c.pad_token_id].zero_();
+      visit(name, t);
     }
   }
-  bert->embeddings->word_embeddings->weight[config_.pad_token_id].zero_();
+}
+
+void BertImpl::init_weights() {
+  torch::NoGradGuard no_grad;
+  auto params = named_parameters(/*recurse=*/true);
+  size_t filled = 0;
+  for_each_initial_parameter(config_, [&](const std::string& name, const torch::Tensor& value) {
+    torch::Tensor* p = params.find(name);
+    TS_INTERNAL_ASSERT(p != nullptr && p->sizes() == value.sizes(), "Bert initializer: ", name);
+    p->copy_(value);
+    ++filled;
+  });
+  TS_INTERNAL_ASSERT(filled == params.size(), "Bert initializer covers ", filled, " of ",
+                     params.size(), " parameters");
 }
 
 torch::Tensor BertImpl::forward(const torch::Tensor& input_ids,

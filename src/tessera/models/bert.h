@@ -33,6 +33,10 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
 
 namespace tessera::models {
 
@@ -170,5 +174,19 @@ class BertImpl : public torch::nn::Module {
   BertConfig config_;
 };
 TORCH_MODULE(Bert);
+
+// Every parameter of Bert(config) with its shape, in registration order
+// (transformers' state_dict order).
+std::vector<std::pair<std::string, std::vector<int64_t>>> bert_parameter_shapes(
+    const BertConfig& config);
+
+// The Bert's initial parameters for `config`, one dense tensor at a time:
+// bit-identical to what Bert(config) holds after construction (it draws
+// through this very function), so tensor- and pipeline-parallel ranks keep
+// their slices without ever holding the whole model. `visit` may keep the
+// tensor. ConfigError if the config is invalid.
+using BertParameterVisitor =
+    std::function<void(const std::string& name, const torch::Tensor& value)>;
+void for_each_initial_parameter(const BertConfig& config, const BertParameterVisitor& visit);
 
 }  // namespace tessera::models

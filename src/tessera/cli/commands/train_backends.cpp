@@ -192,7 +192,11 @@ class DataParallelBackend : public TrainBackend {
 
 // The model family the ModelParallelEngine builds: the Llama or the GPT.
 parallel::DecoderSpec decoder_spec(const TrainSettings& s) {
-  return s.is_llama() ? parallel::llama_decoder_spec(s.llama) : parallel::gpt_decoder_spec(s.model);
+  auto spec = s.is_llama() ? parallel::llama_decoder_spec(s.llama) : parallel::gpt_decoder_spec(s.model);
+  // Weights from a Hugging Face directory are loaded whole: drawing them first
+  // would only be thrown away.
+  spec.initialize_weights = s.init_from_hf.empty();
+  return spec;
 }
 
 // Tensor, pipeline and data parallel through the ModelParallelEngine.

@@ -69,7 +69,7 @@ DecoderPipelineStage::DecoderPipelineStage(const ProcessMesh& mesh, const Decode
     : p_(mesh.topology().pp()), v_(options.virtual_stages), stage_(mesh.coord().pp),
       tp_rank_(mesh.coord().tp), tp_size_(mesh.topology().tp()), hidden_(hidden),
       activation_dtype_(activation_dtype), sequence_parallel_(options.sequence_parallel),
-      embedding_(mesh.embedding()) {
+      embedding_(mesh.embedding()), initialize_weights_(options.initialize_weights) {
   TS_INTERNAL_ASSERT(static_cast<int>(chunks.size()) == p_ * v_, "DecoderPipelineStage: ",
                      chunks.size(), " chunks for ", p_, " x ", v_, " virtual stages");
   for (int c = 0; c < v_; ++c) my_layers_.push_back(chunks[static_cast<size_t>(c * p_ + stage_)]);
@@ -84,6 +84,7 @@ DecoderPart DecoderPipelineStage::part() const {
   part.blocks = my_layers_;
   part.embedding = stage_ == 0;
   part.head = stage_ == p_ - 1;
+  part.initialize = initialize_weights_;
   return part;
 }
 

@@ -59,6 +59,9 @@ struct DecoderStageOptions {
   // With activation checkpointing: keep 1/tp of each checkpointed input
   // (tensor/tp_checkpoint.h).
   bool partition_activations = false;
+  // false: the stage's weights are not drawn (DecoderPart::initialize); the
+  // caller loads them all.
+  bool initialize_weights = true;
 };
 
 class DecoderPipelineStage : public BatchedStage {
@@ -105,6 +108,7 @@ class DecoderPipelineStage : public BatchedStage {
   at::ScalarType activation_dtype_;
   bool sequence_parallel_;
   std::shared_ptr<comm::ProcessGroup> embedding_;
+  bool initialize_weights_ = true;
   std::shared_ptr<DropoutRng> dropout_rng_;
   TensorParallelOptions tp_options_;
   std::vector<std::pair<int64_t, int64_t>> my_layers_;  // per local chunk
@@ -123,6 +127,8 @@ struct DecoderSpec {
   std::function<void(int tp, bool sequence_parallel)> check_tensor_parallel;
   // The p * v chunks balanced by parameter count.
   std::function<std::vector<std::pair<int64_t, int64_t>>(int p, int v)> split_by_parameters;
+  // false: stages skip drawing the initial weights (DecoderStageOptions).
+  bool initialize_weights = true;
   // This rank's stage of `mesh`.
   std::function<std::unique_ptr<DecoderPipelineStage>(const ProcessMesh&, const DecoderStageOptions&)>
       build_stage;

@@ -27,6 +27,13 @@ void check_shape(const char* layer, const char* what, const torch::Tensor& t,
 
 }  // namespace
 
+namespace {
+// N(0, 0.02), or uninitialized memory when the caller will overwrite it.
+torch::Tensor starting_weight(at::IntArrayRef shape, const TensorParallelOptions& tp) {
+  return tp.draw_weights ? torch::randn(shape) * 0.02 : torch::empty(shape);
+}
+}  // namespace
+
 torch::Tensor dense_slice(const torch::Tensor& dense, DenseSlice slice, int rank, int size) {
   const auto r = static_cast<size_t>(rank);
   switch (slice.kind) {
@@ -48,7 +55,7 @@ ColumnParallelLinearImpl::ColumnParallelLinearImpl(int64_t in, int64_t out, Tens
     : tp_(std::move(tp)), in_(in), out_(out), gather_output_(gather_output) {
   const int size = group_of(tp_).size();
   check_divides("ColumnParallelLinear", "output size", out, size);
-  weight = register_parameter("weight", torch::randn({out / size, in}) * 0.02);
+  weight = register_parameter("weight", starting_weight({out / size, in}, tp_));
   if (bias) this->bias = register_parameter("bias", torch::zeros({out / size}));
 }
 
@@ -82,7 +89,7 @@ RowParallelLinearImpl::RowParallelLinearImpl(int64_t in, int64_t out, TensorPara
   check_divides("RowParallelLinear", "input size", in, size);
   TS_CHECK_T(ConfigError, input_is_parallel || !tp_.sequence_parallel,
              "RowParallelLinear: sequence_parallel needs input_is_parallel");
-  weight = register_parameter("weight", torch::randn({out, in / size}) * 0.02);
+  weight = register_parameter("weight", starting_weight({out, in / size}, tp_));
   if (bias) this->bias = register_parameter("bias", torch::zeros({out}));
 }
 
@@ -123,7 +130,7 @@ VocabParallelEmbeddingImpl::VocabParallelEmbeddingImpl(int64_t vocab, int64_t di
   const int64_t per = vocab / g.size();
   begin_ = per * g.rank();
   end_ = begin_ + per;
-  weight = register_parameter("weight", torch::randn({per, dim}) * 0.02);
+  weight = register_parameter("weight", starting_weight({per, dim}, tp_));
 }
 
 void VocabParallelEmbeddingImpl::from_dense(const torch::Tensor& w) {

@@ -41,6 +41,10 @@ struct TensorParallelOptions {
   // Activation checkpointing keeps 1/tp of each replicated segment input
   // (tp_checkpoint.h); the models read it, the layers do not.
   bool partition_activations = false;
+  // false: the layers skip drawing their N(0, 0.02) starting weights and leave
+  // them uninitialized, for a caller that overwrites every one (a model built
+  // only to load a checkpoint into).
+  bool draw_weights = true;
 };
 
 // Which part of a dense weight a tensor-parallel rank holds: all of it, its

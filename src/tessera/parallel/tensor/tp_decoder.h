@@ -29,6 +29,11 @@ struct DecoderPart {
   std::vector<std::pair<int64_t, int64_t>> blocks;  // [begin, end) ranges; empty: every block
   bool embedding = true;  // the token (and position) embedding, and embed()
   bool head = true;       // the final norm, the head (or the tied embedding), and head_loss()
+  // false: skip drawing the dense model's initial weights (the parameters hold
+  // placeholders) because the caller loads every one of them next, e.g. from a
+  // Hugging Face checkpoint; drawing a billion-parameter model on every rank
+  // costs far more than reading the rank's slices.
+  bool initialize = true;
 };
 
 class TpDecoder {

@@ -176,6 +176,7 @@ void check_tensor_parallel_layout(const models::GPTConfig& c, int n, bool sequen
 TensorParallelGPTImpl::TensorParallelGPTImpl(const models::GPTConfig& config,
                                              TensorParallelOptions tp, GptPart part)
     : config_(config), tp_(std::move(tp)), part_(std::move(part)) {
+  tp_.draw_weights = tp_.draw_weights && part_.initialize;  // no placeholder draws either
   TS_CHECK_T(ConfigError, tp_.group != nullptr, "TensorParallelGPT needs a tensor-parallel group");
   check_tensor_parallel_layout(config_, tp_.group->size(), tp_.sequence_parallel);
   TS_CHECK_T(ConfigError, config_.dropout == 0.0 || tp_.dropout_rng != nullptr, "model.dropout ",
@@ -203,6 +204,7 @@ TensorParallelGPTImpl::TensorParallelGPTImpl(const models::GPTConfig& config,
   }
   if (part_.head) ln_f_ = register_module("ln_f", TpLayerNorm(config.n_embd, config.layer_norm_eps, tp_)).get();
 
+  if (!part_.initialize) return;  // the caller loads every weight
   // The dense GPT's weights, sliced: same seed, same weights as a dense run.
   const int n = tp_.group->size(), r = tp_.group->rank();
   auto mine = named_parameters(true);

@@ -158,6 +158,7 @@ void check_llama_tensor_parallel_layout(const models::LlamaConfig& c, int n) {
 TensorParallelLlamaImpl::TensorParallelLlamaImpl(const models::LlamaConfig& config,
                                                  TensorParallelOptions tp, DecoderPart part)
     : config_(config), tp_(std::move(tp)), part_(std::move(part)) {
+  tp_.draw_weights = tp_.draw_weights && part_.initialize;  // no placeholder draws either
   TS_CHECK_T(ConfigError, tp_.group != nullptr, "TensorParallelLlama needs a tensor-parallel group");
   check_llama_tensor_parallel_layout(config_, tp_.group->size());
   const int64_t L = config_.num_hidden_layers, C = config_.hidden_size;
@@ -189,6 +190,7 @@ TensorParallelLlamaImpl::TensorParallelLlamaImpl(const models::LlamaConfig& conf
     }
   }
 
+  if (!part_.initialize) return;  // the caller loads every weight
   // The dense Llama's weights, sliced: same seed, same weights as a dense run.
   const int n = tp_.group->size(), r = tp_.group->rank();
   auto mine = named_parameters(true);

@@ -106,7 +106,8 @@ ModelParallelEngine::ModelParallelEngine(parallel::DecoderSpec model, Config con
   stage_ = model_.build_stage(
       mesh_, parallel::DecoderStageOptions{v, mp.sequence_parallel, config_.seed,
                                            mp.pipeline_partition_method == "parameters",
-                                           config_.activation_checkpointing.partition_activations});
+                                           config_.activation_checkpointing.partition_activations,
+                                           model_.initialize_weights});
   executor_ = std::make_unique<parallel::PipelineExecutor>(
       mesh_.pp(),
       parallel::make_pipeline_schedule(mp.pipeline_schedule, mesh_.topology().pp(),
