@@ -170,21 +170,10 @@ TensorParallelBertImpl::TensorParallelBertImpl(const models::BertConfig& config,
 
   if (!part_.initialize) return;  // the caller loads every weight
   // The dense BERT's weights, sliced: same seed, same weights as a dense run.
-  const int n = tp_.group->size(), r = tp_.group->rank();
-  auto mine = named_parameters(true);
-  size_t filled = 0;
-  torch::NoGradGuard no_grad;
-  models::for_each_initial_parameter(config_, [&](const std::string& name, const torch::Tensor& dense) {
-    torch::Tensor* p = mine.find(name);
-    if (p == nullptr) return;
-    const torch::Tensor slice = dense_slice(dense, bert_dense_slice_of(name), r, n);
-    TS_INTERNAL_ASSERT(slice.sizes() == p->sizes(), "slice of ", name, " has shape ", slice.sizes(),
-                       ", the parameter ", p->sizes());
-    p->copy_(slice);
-    ++filled;
-  });
-  TS_INTERNAL_ASSERT(filled == mine.size(), "TensorParallelBert: ", mine.size() - filled,
-                     " parameters have no counterpart in the BERT");
+  fill_from_dense(
+      *this,
+      [this](const DenseTensorVisitor& visit) { models::for_each_initial_parameter(config_, visit); },
+      bert_dense_slice_of, tp_.group->rank(), tp_.group->size(), "TensorParallelBert");
 }
 
 torch::Tensor TensorParallelBertImpl::embed(const torch::Tensor& ids) {

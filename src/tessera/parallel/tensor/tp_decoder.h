@@ -16,6 +16,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -60,5 +61,16 @@ class TpDecoder {
   // The module holding the parameters (train/eval, named_parameters).
   virtual torch::nn::Module& module() = 0;
 };
+
+// Fills every parameter of `module` (named as the dense model's) with rank
+// `rank` of `size`'s slice (slice_of) of the dense tensor of the same name, as
+// `for_each_dense` hands the dense tensors out one at a time (a model's
+// models::for_each_initial_parameter). Internal error naming `model` if a
+// slice does not fit its parameter or a parameter gets no tensor.
+using DenseTensorVisitor = std::function<void(const std::string& name, const torch::Tensor& dense)>;
+void fill_from_dense(torch::nn::Module& module,
+                     const std::function<void(const DenseTensorVisitor&)>& for_each_dense,
+                     const std::function<DenseSlice(const std::string&)>& slice_of, int rank,
+                     int size, const char* model);
 
 }  // namespace tessera::parallel

@@ -206,21 +206,10 @@ TensorParallelGPTImpl::TensorParallelGPTImpl(const models::GPTConfig& config,
 
   if (!part_.initialize) return;  // the caller loads every weight
   // The dense GPT's weights, sliced: same seed, same weights as a dense run.
-  const int n = tp_.group->size(), r = tp_.group->rank();
-  auto mine = named_parameters(true);
-  size_t filled = 0;
-  torch::NoGradGuard no_grad;
-  models::for_each_initial_parameter(config_, [&](const std::string& name, const torch::Tensor& dense) {
-    torch::Tensor* p = mine.find(name);
-    if (p == nullptr) return;
-    const torch::Tensor slice = dense_slice(dense, dense_slice_of(name), r, n);
-    TS_INTERNAL_ASSERT(slice.sizes() == p->sizes(), "slice of ", name, " has shape ", slice.sizes(),
-                       ", the parameter ", p->sizes());
-    p->copy_(slice);
-    ++filled;
-  });
-  TS_INTERNAL_ASSERT(filled == mine.size(), "TensorParallelGPT: ", mine.size() - filled,
-                     " parameters have no counterpart in the GPT");
+  fill_from_dense(
+      *this,
+      [this](const DenseTensorVisitor& visit) { models::for_each_initial_parameter(config_, visit); },
+      dense_slice_of, tp_.group->rank(), tp_.group->size(), "TensorParallelGPT");
 }
 
 torch::Tensor TensorParallelGPTImpl::embed(const torch::Tensor& idx) {

@@ -107,34 +107,9 @@ std::string bert_config_json(const models::BertConfig& c) {
 }
 
 std::vector<BertTensor> bert_tensors(const models::BertConfig& c) {
-  const int64_t C = c.hidden_size, I = c.intermediate_size;
+  // transformers' names are Tessera's parameter names.
   std::vector<BertTensor> out;
-  out.push_back({"bert.embeddings.word_embeddings.weight", {c.vocab_size, C}});
-  out.push_back({"bert.embeddings.position_embeddings.weight", {c.max_position_embeddings, C}});
-  out.push_back({"bert.embeddings.token_type_embeddings.weight", {c.type_vocab_size, C}});
-  auto norm = [&](const std::string& prefix) {
-    out.push_back({prefix + ".weight", {C}});
-    out.push_back({prefix + ".bias", {C}});
-  };
-  auto linear = [&](const std::string& prefix, int64_t in, int64_t outs) {
-    out.push_back({prefix + ".weight", {outs, in}});
-    out.push_back({prefix + ".bias", {outs}});
-  };
-  norm("bert.embeddings.LayerNorm");
-  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-    const std::string l = "bert.encoder.layer." + std::to_string(i) + ".";
-    linear(l + "attention.self.query", C, C);
-    linear(l + "attention.self.key", C, C);
-    linear(l + "attention.self.value", C, C);
-    linear(l + "attention.output.dense", C, C);
-    norm(l + "attention.output.LayerNorm");
-    linear(l + "intermediate.dense", C, I);
-    linear(l + "output.dense", I, C);
-    norm(l + "output.LayerNorm");
-  }
-  out.push_back({"cls.predictions.bias", {c.vocab_size}});
-  linear("cls.predictions.transform.dense", C, C);
-  norm("cls.predictions.transform.LayerNorm");
+  for (auto& [name, shape] : models::bert_parameter_shapes(c)) out.push_back({name, shape});
   return out;
 }
 
