@@ -25,3 +25,5 @@ echo
 bash "$HERE/async_checkpoint.sh" "$BUILD_DIR"
 echo
 bash "$HERE/embedding_bench.sh" "$BUILD_DIR"
+echo
+bash "$HERE/cpu_adam.sh" "$BUILD_DIR"

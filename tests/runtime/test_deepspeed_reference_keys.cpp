@@ -43,7 +43,8 @@ const std::vector<ReferenceKey> kReference = {
     {"optimizer.params.betas", "[0.8, 0.999]", H},
     {"optimizer.params.eps", "1e-8", H},
     {"optimizer.params.weight_decay", "3e-7", H},
-    {"optimizer.params.torch_adam", "true", N},
+    {"optimizer.params.torch_adam", "true", H},
+    {"optimizer.params.torch_adam", "false", H},
     {"optimizer.params.adam_w_mode", "true", H},
     {"optimizer.params.bias_correction", "true", N},
     {"optimizer.params.bias_correction", "false", R},
@@ -319,6 +320,17 @@ TEST(DeepSpeedReferenceKeys, HonouredKeysTakeEffect) {
               {"optimizer", {{"type", "SGD"}, {"params", {{"momentum", 0.9}}}}}};
   EXPECT_DOUBLE_EQ(Config::from_json(sgd, "t").optimizer.momentum, 0.9);
   sgd["optimizer"]["params"]["adam_w_mode"] = true;
+  EXPECT_THROW(Config::from_json(sgd, "t"), ConfigError);
+
+  // torch_adam chooses LibTorch's Adam over Tessera's CPU Adam (the default).
+  EXPECT_TRUE(Config::from_json(config_with({"optimizer.params.torch_adam", "true", H}), "t")
+                  .optimizer.torch_adam);
+  EXPECT_FALSE(Config::from_json(config_with({"optimizer.params.torch_adam", "false", H}), "t")
+                   .optimizer.torch_adam);
+  EXPECT_FALSE(
+      Config::from_json(config_with({"optimizer.type", "\"Adam\"", H}), "t").optimizer.torch_adam);
+  sgd["optimizer"]["params"].erase("adam_w_mode");
+  sgd["optimizer"]["params"]["torch_adam"] = true;
   EXPECT_THROW(Config::from_json(sgd, "t"), ConfigError);
 }
 

@@ -28,7 +28,7 @@ const std::vector<std::string> kTopKeys = {
 const std::vector<std::string> kOptimizerKeys = {"type", "params"};
 const std::vector<std::string> kOptimizerParams = {
     "lr", "betas", "eps", "weight_decay", "amsgrad", "momentum", "dampening", "nesterov",
-    "weight_decay_exclude", "adam_w_mode", "max_coeff", "min_coeff"};
+    "weight_decay_exclude", "adam_w_mode", "max_coeff", "min_coeff", "torch_adam"};
 const std::vector<std::string> kSchedulerKeys = {"type", "params"};
 const std::vector<std::string> kSchedulerParams = {
     "warmup_min_lr", "warmup_max_lr", "warmup_num_steps", "warmup_type", "total_num_steps",
@@ -308,7 +308,7 @@ void parse_lamb_params(const json& p, OptimizerConfig& o, const std::string& w) 
                "' is a Lamb parameter, but the optimizer is ", o.type,
                ": remove it or use optimizer.type Lamb");
   }
-  for (const char* k : {"amsgrad", "adam_w_mode"}) {
+  for (const char* k : {"amsgrad", "adam_w_mode", "torch_adam"}) {
     TS_CHECK_T(ConfigError, !lamb || !p.contains(k), "config key 'optimizer.params.", k,
                "' is an Adam/AdamW parameter, but the optimizer is Lamb: remove it");
   }
@@ -369,9 +369,11 @@ void parse_optimizer(const json& j, OptimizerConfig& o) {
                "parameter, but the optimizer is SGD");
     if (read_bool(p, "adam_w_mode", w, true)) o.type = "AdamW";
   }
-  TS_CHECK_T(ConfigError, !p.contains("amsgrad") || !sgd,
-             "config key 'optimizer.params.amsgrad' is an Adam/AdamW parameter, but the "
-             "optimizer is SGD");
+  for (const char* k : {"amsgrad", "torch_adam"}) {
+    TS_CHECK_T(ConfigError, !p.contains(k) || !sgd, "config key 'optimizer.params.", k,
+               "' is an Adam/AdamW parameter, but the optimizer is SGD: remove it");
+  }
+  o.torch_adam = read_bool(p, "torch_adam", w, o.torch_adam);
   TS_CHECK_T(ConfigError, !o.nesterov || (o.momentum > 0 && o.dampening == 0),
              "config 'optimizer.params.nesterov': true needs momentum > 0 and dampening 0 "
              "(got momentum ", o.momentum, ", dampening ", o.dampening, ")");

@@ -37,6 +37,11 @@ struct OptimizerConfig {
   double eps = 1e-8;                        // >= 0
   double weight_decay = 0.0;                // >= 0
   bool amsgrad = false;                     // Adam, AdamW
+  // Adam, AdamW (DeepSpeed's key): true steps with LibTorch's torch::optim::Adam /
+  // AdamW; false with Tessera's CPU Adam kernel for CPU float32 parameters (one
+  // pass over memory, LibTorch's results up to one sqrt rounding;
+  // cpu_adam_optimizer.h).
+  bool torch_adam = false;
   double momentum = 0.0;                    // SGD, >= 0
   double dampening = 0.0;                   // SGD, >= 0
   bool nesterov = false;                    // SGD: needs momentum > 0 and dampening 0

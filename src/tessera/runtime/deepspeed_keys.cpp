@@ -26,8 +26,6 @@ const std::vector<DeepSpeedKey> kKeys = {
      "(forward/backward every micro-batch, step() applies at the boundary): remove the key",
      "true"},
     // Optimizer parameters of DeepSpeed's own optimizers.
-    {"optimizer.params.torch_adam", K::kNoOp,
-     "chooses between two Adam implementations in DeepSpeed; Tessera has one"},
     {"optimizer.params.bias_correction", K::kUnsupported,
      "false turns Adam's bias correction off, which LibTorch's Adam cannot: remove the key "
      "(optimizer.type Lamb reads it)",

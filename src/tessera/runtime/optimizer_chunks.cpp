@@ -5,6 +5,7 @@
 #include <string>
 
 #include "tessera/core/check.h"
+#include "tessera/runtime/cpu_adam_optimizer.h"
 #include "tessera/runtime/optimizer_state.h"
 
 namespace tessera::runtime {
@@ -61,10 +62,19 @@ bool elementwise_known(const torch::optim::Optimizer& optimizer) {
   return name == "Adam" || name == "AdamW" || name == "SGD";
 }
 
-bool steps_in_chunks(const at::Tensor& p, int64_t chunk_numel) {
+bool is_cpu_adam(const torch::optim::Optimizer& optimizer) {
+  return dynamic_cast<const CpuAdam*>(&optimizer) != nullptr ||
+         dynamic_cast<const CpuAdamW*>(&optimizer) != nullptr;
+}
+
+// The CPU Adam's kernel makes no temporaries: its parameters step whole, all in
+// one parallel region.
+bool steps_in_chunks(const torch::optim::Optimizer& optimizer, const at::Tensor& p,
+                     int64_t chunk_numel) {
   const at::Tensor& g = p.grad();
   return p.numel() > chunk_numel && g.defined() && !g.is_sparse() && p.is_contiguous() &&
-         g.is_contiguous() && g.numel() == p.numel();
+         g.is_contiguous() && g.numel() == p.numel() &&
+         !(is_cpu_adam(optimizer) && cpu_adam_steps(p));
 }
 
 // Steps `param` (group g's only parameter meanwhile) range by range. Its state
@@ -106,7 +116,7 @@ void step_in_chunks(torch::optim::Optimizer& optimizer, int64_t chunk_numel) {
   bool any_small = false;
   for (size_t g = 0; g < groups.size(); ++g) {
     for (const auto& p : guard.saved(g)) {
-      if (steps_in_chunks(p, chunk_numel)) {
+      if (steps_in_chunks(optimizer, p, chunk_numel)) {
         large[g].push_back(p);
       } else {
         groups[g].params().push_back(p);

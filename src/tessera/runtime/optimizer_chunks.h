@@ -11,7 +11,9 @@
 // The updates of the optimizers whose state Tessera knows (Adam, AdamW, SGD;
 // optimizer_state.h) are elementwise, so stepping a parameter range by range
 // gives bit for bit what one step gives (tests/runtime/test_optimizer_chunks.cpp).
-// Any other optimizer takes one ordinary step.
+// Any other optimizer takes one ordinary step, and so do the parameters that
+// Tessera's CPU Adam steps with its kernel (cpu_adam_optimizer.h), which makes no
+// temporaries.
 #pragma once
 
 #include <torch/optim/optimizer.h>

@@ -5,6 +5,7 @@
 #include <torch/optim/sgd.h>
 
 #include "tessera/core/check.h"
+#include "tessera/runtime/cpu_adam_optimizer.h"
 #include "tessera/runtime/lamb.h"
 
 namespace tessera::runtime {
@@ -123,13 +124,17 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerConfig& c
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerConfig& c,
                                                         std::vector<OptimizerParamGroup> groups) {
   auto defaults = config_options(c, c.weight_decay);
+  // torch_adam: LibTorch's own step; else Tessera's CPU Adam for CPU float32
+  // parameters, LibTorch's step for the others (cpu_adam_optimizer.h).
   if (c.type == "Adam") {
-    return std::make_unique<torch::optim::Adam>(
-        std::move(groups), static_cast<torch::optim::AdamOptions&>(*defaults));
+    const auto& o = static_cast<torch::optim::AdamOptions&>(*defaults);
+    if (c.torch_adam) return std::make_unique<torch::optim::Adam>(std::move(groups), o);
+    return std::make_unique<CpuAdam>(std::move(groups), o);
   }
   if (c.type == "AdamW") {
-    return std::make_unique<torch::optim::AdamW>(
-        std::move(groups), static_cast<torch::optim::AdamWOptions&>(*defaults));
+    const auto& o = static_cast<torch::optim::AdamWOptions&>(*defaults);
+    if (c.torch_adam) return std::make_unique<torch::optim::AdamW>(std::move(groups), o);
+    return std::make_unique<CpuAdamW>(std::move(groups), o);
   }
   if (c.type == "Lamb") {
     return std::make_unique<Lamb>(std::move(groups), static_cast<LambOptions&>(*defaults));

@@ -1,8 +1,12 @@
 // Optimizers for the Engine: built from the config's "optimizer" section, or by the
 // user's own factory over parameter groups.
 //
-// From the config: Adam and AdamW map to torch::optim::Adam / AdamW (betas, eps,
-// weight_decay, amsgrad), SGD to torch::optim::SGD (momentum, dampening, nesterov,
+// From the config: Adam and AdamW map to Tessera's CpuAdam / CpuAdamW
+// (cpu_adam_optimizer.h: a torch::optim::Adam / AdamW whose CPU float32
+// parameters step through a vectorized kernel, with LibTorch's results up to
+// one square root's rounding), or with
+// torch_adam true to torch::optim::Adam / AdamW themselves (betas, eps,
+// weight_decay, amsgrad); SGD to torch::optim::SGD (momentum, dampening, nesterov,
 // weight_decay), Lamb to tessera::runtime::Lamb (lamb.h: betas, eps, weight_decay,
 // max_coeff, min_coeff, bias_correction). With weight_decay > 0 and
 // weight_decay_exclude patterns, the parameters whose names match any pattern go to

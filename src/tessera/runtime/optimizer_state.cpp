@@ -17,6 +17,7 @@
 #include <unordered_map>
 
 #include "tessera/core/check.h"
+#include "tessera/runtime/cpu_adam_optimizer.h"
 #include "tessera/runtime/lamb.h"
 
 namespace tessera::runtime {
@@ -94,10 +95,12 @@ std::unique_ptr<LambParamState> load_lamb(const Lookup& in, const std::string& b
 enum class Kind { kAdam, kAdamW, kSgd, kLamb, kArchive };
 
 // Exact types only: a user's subclass of Adam may keep more state than Adam's.
+// Tessera's CpuAdam and CpuAdamW keep exactly Adam's and AdamW's, under their
+// names, so their checkpoints and LibTorch's are interchangeable.
 Kind kind_of(const torch::optim::Optimizer& optimizer) {
   const auto& type = typeid(optimizer);
-  if (type == typeid(torch::optim::Adam)) return Kind::kAdam;
-  if (type == typeid(torch::optim::AdamW)) return Kind::kAdamW;
+  if (type == typeid(torch::optim::Adam) || type == typeid(CpuAdam)) return Kind::kAdam;
+  if (type == typeid(torch::optim::AdamW) || type == typeid(CpuAdamW)) return Kind::kAdamW;
   if (type == typeid(torch::optim::SGD)) return Kind::kSgd;
   if (type == typeid(Lamb)) return Kind::kLamb;
   return Kind::kArchive;
@@ -120,8 +123,8 @@ at::Tensor archive_tensor(const torch::optim::Optimizer& optimizer) {
 
 std::string optimizer_type_name(const torch::optim::Optimizer& optimizer) {
   const auto& type = typeid(optimizer);
-  if (type == typeid(torch::optim::Adam)) return "Adam";
-  if (type == typeid(torch::optim::AdamW)) return "AdamW";
+  if (kind_of(optimizer) == Kind::kAdam) return "Adam";
+  if (kind_of(optimizer) == Kind::kAdamW) return "AdamW";
   if (type == typeid(torch::optim::SGD)) return "SGD";
   if (type == typeid(torch::optim::RMSprop)) return "RMSprop";
   if (type == typeid(torch::optim::Adagrad)) return "Adagrad";
@@ -138,12 +141,13 @@ int64_t optimizer_state_bytes(const torch::optim::Optimizer& optimizer) {
     }
   };
   const auto& type = typeid(optimizer);
+  const Kind kind = kind_of(optimizer);
   for (const auto& kv : optimizer.state()) {
     const auto* state = kv.second.get();
-    if (type == typeid(torch::optim::Adam)) {
+    if (kind == Kind::kAdam) {
       const auto& s = static_cast<const torch::optim::AdamParamState&>(*state);
       add(s.exp_avg()), add(s.exp_avg_sq()), add(s.max_exp_avg_sq());
-    } else if (type == typeid(torch::optim::AdamW)) {
+    } else if (kind == Kind::kAdamW) {
       const auto& s = static_cast<const torch::optim::AdamWParamState&>(*state);
       add(s.exp_avg()), add(s.exp_avg_sq()), add(s.max_exp_avg_sq());
     } else if (type == typeid(torch::optim::SGD)) {

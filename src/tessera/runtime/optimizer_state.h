@@ -35,6 +35,8 @@ namespace tessera::runtime {
 
 // "Adam", "AdamW", "SGD", "Lamb", "RMSprop", "Adagrad", "LBFGS", or the C++ type name of a
 // user's optimizer class. Checkpoints record it; a load into another type fails.
+// Tessera's CpuAdam and CpuAdamW (cpu_adam_optimizer.h) are "Adam" and "AdamW",
+// their state stored as LibTorch's: either loads the other's checkpoints.
 std::string optimizer_type_name(const torch::optim::Optimizer& optimizer);
 
 // Bytes of the optimizer's state tensors (each storage once): Adam's, AdamW's and
