@@ -27,3 +27,7 @@ echo
 bash "$HERE/embedding_bench.sh" "$BUILD_DIR"
 echo
 bash "$HERE/cpu_adam.sh" "$BUILD_DIR"
+echo
+bash "$HERE/hf_import.sh" "$BUILD_DIR"
+echo
+bash "$HERE/context_parallel.sh" "$BUILD_DIR"

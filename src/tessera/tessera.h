@@ -46,9 +46,13 @@
 #include "tessera/models/activation_checkpoint.h"
 #include "tessera/models/gpt.h"
 #include "tessera/models/mlp.h"
+#include "tessera/models/moe.h"
 #include "tessera/models/low_precision.h"
 
 // parallel: the process mesh, tensor-parallel layers, pipeline schedules.
+#include "tessera/parallel/context/block_attention.h"
+#include "tessera/parallel/context/context_parallel.h"
+#include "tessera/parallel/expert/expert_parallel.h"
 #include "tessera/parallel/pipeline/batched_stage.h"
 #include "tessera/parallel/pipeline/bert_pipeline_stage.h"
 #include "tessera/parallel/pipeline/decoder_pipeline_stage.h"

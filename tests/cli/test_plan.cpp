@@ -3,6 +3,7 @@
 // collective times, the layout search, and the spot-instance cost model.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -176,6 +177,51 @@ TEST(Plan, SearchRanksByThroughputAndMarksWhatDoesNotFit) {
     }
   }
   EXPECT_EQ(report_json(r)["layouts"].size(), r.shown.size());
+}
+
+// Context parallelism: a rank holds seq / cp tokens and no attention
+// probabilities; the search weighs cp only where nothing without it fits.
+TEST(Plan, ContextParallelSplitsTheSequenceWhereNothingElseFits) {
+  PlanProblem p;
+  p.model = gpt_preset("gpt-7b");
+  p.model.seq = 131072;
+  p.cluster = cluster_preset("h100", 8);
+  p.cluster.nodes = 4;
+  p.precision = Precision::kBf16;
+  p.sequence_parallel = true;
+  p.global_batch = 8;
+  p.cluster.overlap = 0.8;  // a fifth of the ring's transfers exposed
+  Layout l;
+  l.tp = 8;
+  const double s = 131072, h = 4096;
+  l.cp = 4;
+  EXPECT_DOUBLE_EQ(block_activation_bytes(p, l), 34 * (s / 4) * h / 8);
+  EXPECT_EQ(l.describe(), "dp1 tp8 cp4 pp1 z0 mb1x1");
+  l.cp = 1;
+  EXPECT_GT(block_activation_bytes(p, l), 100 * 34 * s * h / 8);  // the 5as^2 term dominates
+  LayoutFilter no_cp;
+  no_cp.cp = 1;
+  for (const auto& c : search_layouts(p, no_cp)) {
+    EXPECT_EQ(c.layout.cp, 1);
+    EXPECT_FALSE(c.memory.fits()) << c.layout.describe();
+  }
+  const auto ranked = search_layouts(p, {});
+  int fitting_cp = 0;
+  for (const auto& c : ranked) {
+    EXPECT_EQ(c.layout.world(), 32);
+    if (c.layout.cp > 1) EXPECT_LE(c.layout.zero, 1) << c.layout.describe();
+    if (c.layout.cp > 1 && c.memory.fits()) {
+      ++fitting_cp;
+      EXPECT_GT(c.time.cp_comm, 0.0) << c.layout.describe();
+    }
+  }
+  EXPECT_GT(fitting_cp, 0);
+  const auto best = std::find_if(ranked.begin(), ranked.end(),
+                                 [](const Candidate& c) { return c.memory.fits(); });
+  ASSERT_NE(best, ranked.end());
+  std::printf("[plan] GPT-7B at 128K tokens on 32 H100s: best fitting %s, %.1f GB per device\n",
+              best->layout.describe().c_str(), best->memory.total() / 1e9);
+  EXPECT_GT(best->layout.cp, 1);
 }
 
 TEST(Plan, PipelineBubbleShrinksWithVirtualStages) {

@@ -2,7 +2,8 @@
 // gloo: TensorParallelLlama's logits equal the dense Llama's slice for slice
 // (grouped-query attention, tied and untied heads, sequence parallel), and
 // LlamaPipelineStage trained by the PipelineExecutor ends with the dense model's
-// losses and parameters.
+// losses and parameters; under context parallelism the ranks' mean loss and
+// gradients are the dense model's.
 #include <gtest/gtest.h>
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -64,7 +65,7 @@ void check_logits(int tp, bool tied, bool sp) {
   const double want_loss = dense->loss(ids, targets).item<double>();
   run_ranks(tp, [&](int rank, int size, std::shared_ptr<comm::Store> store) {
     auto group = make_group(rank, size, store, "gloo");
-    TensorParallelLlama model(c, TensorParallelOptions{group, sp});
+    TensorParallelLlama model(c, TensorParallelOptions{group, sp, nullptr});
     const auto got = model->forward(ids).detach();
     const int64_t per = c.vocab_size / size;
     const double diff = (got - want.slice(2, rank * per, (rank + 1) * per)).abs().max().item<double>();
@@ -90,6 +91,54 @@ TEST(LlamaTensorParallel, RefusesKeyValueHeadsThatDoNotSplit) {
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("num_key_value_heads"), std::string::npos) << e.what();
   }
+}
+
+// Context parallelism: each rank holds its chunks of every sequence (RoPE at
+// their global positions, grouped-query attention across the cp ranks); the
+// mean of the ranks' losses and of their gradients is the dense model's.
+void check_context_parallel(int cp, CpCommType type) {
+  const auto c = small_llama(false);
+  models::Llama dense(c);
+  auto gen = at::detail::createCPUGenerator(5);
+  const auto ids = torch::randint(c.vocab_size, {2, 8}, gen);
+  const auto targets = torch::randint(c.vocab_size, {2, 8}, gen);
+  auto want_loss = dense->loss(ids, targets);
+  want_loss.backward();
+  std::map<std::string, torch::Tensor> want;
+  for (const auto& p : dense->named_parameters()) want[p.key()] = p.value().grad();
+  run_ranks(cp, [&](int rank, int size, std::shared_ptr<comm::Store> store) {
+    auto world = make_group(rank, size, store, "gloo");
+    auto mesh = ProcessMesh::build(world, /*tp=*/1, /*pp=*/1, cp);
+    TensorParallelOptions options{mesh.tp(), false, nullptr};
+    options.context = ContextParallelOptions{mesh.cp(), type};
+    TensorParallelLlama model(c, options);
+    const int r = mesh.coord().cp;
+    auto loss = model->loss(context_parallel_shard(ids, 1, r, cp),
+                            context_parallel_shard(targets, 1, r, cp));
+    loss.backward();
+    auto mean_loss = loss.detach().clone();
+    mesh.cp()->all_reduce(mean_loss, comm::ReduceOp::kAvg)->wait();
+    EXPECT_NEAR(mean_loss.item<double>(), want_loss.item<double>(), 1e-5);
+    double worst = 0;
+    for (const auto& p : model->named_parameters()) {
+      auto g = p.value().grad().clone();
+      mesh.cp()->all_reduce(g, comm::ReduceOp::kAvg)->wait();
+      worst = std::max(worst, (g - want.at(p.key())).abs().max().item<double>());
+    }
+    EXPECT_LE(worst, 1e-5) << "cp " << cp << " " << cp_comm_type_name(type);
+    if (rank == 0) {
+      std::printf("[cp llama] cp %d %s: |loss - dense| %.3g, max |grad - dense| %.3g\n", cp,
+                  cp_comm_type_name(type).c_str(),
+                  std::abs(mean_loss.item<double>() - want_loss.item<double>()), worst);
+    }
+  });
+}
+
+TEST(LlamaContextParallel, LossAndGradientsEqualTheDenseModel) {
+  check_context_parallel(2, CpCommType::kP2P);
+  check_context_parallel(2, CpCommType::kAllToAll);
+  check_context_parallel(4, CpCommType::kP2P);
+  check_context_parallel(4, CpCommType::kAllGather);
 }
 
 constexpr int kSteps = 4;

@@ -23,6 +23,30 @@ TEST(Topology, RankOrderIsTensorThenDataThenPipeline) {
   for (int r = 0; r < 8; ++r) EXPECT_EQ(t.rank_of(t.coord(r)), r);
 }
 
+TEST(Topology, ContextParallelSitsBetweenTensorAndData) {
+  Topology t(16, 2, 2, 2);  // dp = 2
+  EXPECT_EQ(t.dp(), 2);
+  EXPECT_EQ(t.cp(), 2);
+  MeshCoord c;
+  c.tp = 1;
+  c.cp = 1;
+  c.dp = 0;
+  c.pp = 1;
+  EXPECT_EQ(t.coord(11), c);
+  EXPECT_EQ(t.cp_group_of(11), (std::vector<int>{9, 11}));
+  EXPECT_EQ(t.dp_group_of(11), (std::vector<int>{11, 15}));
+  EXPECT_EQ(t.replica_group_of(11), (std::vector<int>{9, 11, 13, 15}));
+  EXPECT_EQ(t.pp_group_of(11), (std::vector<int>{3, 11}));
+  EXPECT_EQ(t.describe(), "tp2 x cp2 x dp2 x pp2 (16 ranks)");
+  for (int r = 0; r < 16; ++r) EXPECT_EQ(t.rank_of(t.coord(r)), r);
+  EXPECT_EQ(t.replica_groups().size(), 4u);
+  EXPECT_EQ(t.cp_groups().size(), 8u);
+  // Without cp the replica group is the dp group.
+  Topology plain(8, 2, 2);
+  EXPECT_EQ(plain.replica_group_of(5), plain.dp_group_of(5));
+  EXPECT_THROW(Topology(8, 2, 1, 3), ConfigError);
+}
+
 TEST(Topology, EveryAxisPartitionsTheWorld) {
   for (int world : {1, 2, 4, 6, 8, 12, 16}) {
     for (int tp = 1; tp <= world; ++tp) {

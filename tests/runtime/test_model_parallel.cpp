@@ -219,6 +219,41 @@ TEST(ModelParallelEngine, TensorPipelineAndDataParallelEqualOneProcess) {
   }
 }
 
+// Context parallelism: every sequence split over cp ranks (head-tail chunks),
+// attention across them; the cp ranks are replicas for the parameters. Every
+// communication type and its compositions with tp, pp, dp and ZeRO-1 end where
+// one process ends.
+TEST(ModelParallelEngine, ContextParallelEqualsOneProcess) {
+  Params want, got;
+  const auto want_losses = train_dp(1, 0, 4, &want);
+  const std::string zero1 = R"("zero_optimization": {"stage": 1}, )";
+  for (auto [tp, pp, extra] :
+       {std::tuple{1, 1, std::string(R"("context_parallel_size": 4, )")},
+        std::tuple{1, 1, std::string(R"("context_parallel_size": 2, "cp_comm_type": "a2a", )")},
+        std::tuple{1, 1,
+                   std::string(R"("context_parallel_size": 4, "cp_comm_type": "allgather", )")},
+        std::tuple{2, 1, std::string(R"("context_parallel_size": 2, )")},
+        std::tuple{1, 2, std::string(R"("context_parallel_size": 2, "cp_comm_type": "a2a", )")},
+        std::tuple{1, 1, std::string(R"("context_parallel_size": 2, )") + zero1}}) {
+    got.clear();
+    const auto losses = train_mp(tp, pp, 0, 4, &got, "", "", -1, extra);
+    for (size_t i = 0; i < losses.size(); ++i) {
+      EXPECT_NEAR(losses[i], want_losses[i], 1e-5) << "tp " << tp << " " << extra << " step " << i;
+    }
+    const double d = max_diff(want, got);
+    std::printf("[context parallel] tp %d pp %d %s: max |param - one process| %.3g after 4 steps\n",
+                tp, pp, extra.c_str(), d);
+    EXPECT_LE(d, 1e-5);
+  }
+}
+
+TEST(ModelParallelEngine, ContextParallelLayoutErrorsNameTheProblem) {
+  expect_config_error(4, R"("context_parallel_size": 3)", "x context_parallel_size 3 = 3 does "
+                      "not divide the world size 4");
+  expect_config_error(4, R"("context_parallel_size": 2, "cp_comm_type": "ring")",
+                      "cp_comm_type must be p2p");
+}
+
 // bf16 activations through the tensor-parallel collectives and the pipeline's
 // sends: the losses follow fp32's within bf16 rounding, at every layout; fp16
 // (no loss scaling here) is refused.

@@ -1,6 +1,7 @@
-// Tensor, pipeline and data parallelism in real processes: `tessera run -n 4
-// tessera train` under tp4, pp4, tp2·pp2, tp2·dp2, pp2·dp2 (with DDP or ZeRO-1
-// over dp) and pp2 with interleaving (v = 2), with each pipeline schedule, ends
+// Tensor, pipeline, context and data parallelism in real processes: `tessera
+// run -n 4 tessera train` under tp4, pp4, tp2·pp2, tp2·dp2, pp2·dp2 (with DDP or
+// ZeRO-1 over dp), pp2 with interleaving (v = 2) and cp4, tp2·cp2, cp2·dp2
+// (every cp_comm_type, over shm and gloo), with each pipeline schedule, ends
 // 10 steps later with the same parameters as `tessera train` in one process on
 // the same global batch (read back from each run's final checkpoint, which holds
 // the dense tensors whatever the layout). A layout that cannot work fails before any model is
@@ -29,6 +30,7 @@
 #include "testing/files.h"
 #include "testing/metrics_file.h"
 #include "testing/subprocess.h"
+#include "testing/train_cli.h"
 
 namespace tessera::testing {
 namespace {
@@ -59,34 +61,21 @@ class ModelParallelCli : public ::testing::Test {
     return path;
   }
 
+  // `env`: variables for the run, such as TESSERA_BACKEND=gloo (default: shm,
+  // the ranks share this host).
   CommandResult train(const std::string& name, const std::string& layout, int ranks,
-                      const std::string& flags = "") {
-    const std::string bin = tessera_bin();
-    const std::string args = " train --config " + config(name, layout) + " --out " +
-                             (dir_ / name).string() + flags;
-    const std::string cmd =
-        ranks == 1 ? bin + args
-                   : bin + " run --master-port 0 -n " + std::to_string(ranks) + " " + bin + args;
-    return run_command("TESSERA_TIMEOUT=60 " + cmd + " 2>&1", 240);
+                      const std::string& flags = "", const std::string& env = "") {
+    return run_train(config(name, layout), (dir_ / name).string(), ranks, flags, env);
   }
 
-  // Largest |a - b| over every model tensor of two checkpoints (run/step_N).
+  // Largest |a - b| over every model tensor of two checkpoints (run/step_N),
+  // which must hold the same model tensors.
   double max_param_diff(const std::string& a, const std::string& b) {
-    auto ra = checkpoint::CheckpointReader::open((dir_ / a).string(),
-                                                 checkpoint::CheckpointReader::Verify::kFull);
-    auto rb = checkpoint::CheckpointReader::open((dir_ / b).string(),
-                                                 checkpoint::CheckpointReader::Verify::kFull);
-    checkpoint::CheckpointTensors ta(ra), tb(rb);
-    double worst = 0;
-    size_t count = 0;
-    for (const auto& info : tb.tensors()) count += info.name.rfind("model.", 0) == 0 ? 1 : 0;
-    for (const auto& info : ta.tensors()) {
-      if (info.name.rfind("model.", 0) != 0) continue;
-      worst = std::max(worst, (ta.read(info.name) - tb.read(info.name)).abs().max().item<double>());
-      --count;
-    }
-    EXPECT_EQ(count, 0u) << a << " and " << b << " hold different model tensors";
-    return worst;
+    int na = 0, nb = 0;
+    max_model_diff((dir_ / b).string(), (dir_ / b).string(), &nb);
+    const double d = max_model_diff((dir_ / a).string(), (dir_ / b).string(), &na);
+    EXPECT_EQ(na, nb) << a << " and " << b << " hold different model tensors";
+    return d;
   }
 
   TempDir tmp_{"mp_cli"};
@@ -199,6 +188,56 @@ TEST_F(ModelParallelCli, CheckpointsResumeAcrossLayoutsAndConsolidate) {
   std::printf("[model parallel cli] consolidated tp2.pp2 GPT: val loss %.7f, the run logged %.7f\n",
               sum / s.eval_iters, logged);
   EXPECT_NEAR(sum / s.eval_iters, logged, 1e-5);
+}
+
+// Context parallelism in real processes, over shm and over gloo: ring,
+// all-to-all and all-gather attention, alone and with tp, dp and ZeRO-1, end
+// where one process ends; a checkpoint saved at cp4 resumes in one process and
+// at cp2·dp2 with the same next losses.
+TEST_F(ModelParallelCli, ContextParallelEndsWhereOneProcessEndsAndResumesAtOtherLayouts) {
+  ASSERT_EQ(train("ref", "", 1).exit_code, 0);
+  struct Layout {
+    const char* name;
+    const char* keys;
+    const char* env;
+  };
+  const Layout layouts[] = {
+      {"cp4_p2p_shm", R"("context_parallel_size": 4,)", ""},
+      {"cp4_a2a_gloo", R"("context_parallel_size": 4, "cp_comm_type": "a2a",)",
+       "TESSERA_BACKEND=gloo"},
+      {"tp2_cp2_p2p_gloo", R"("tensor_model_parallel_size": 2, "context_parallel_size": 2,)",
+       "TESSERA_BACKEND=gloo"},
+      {"cp2_dp2_zero1_allgather_shm", R"("context_parallel_size": 2, "cp_comm_type": "allgather",
+                                         "zero_optimization": {"stage": 1},)", ""},
+  };
+  for (const auto& l : layouts) {
+    auto run = train(l.name, l.keys, 4, "", l.env);
+    ASSERT_EQ(run.exit_code, 0) << l.name << "\n" << run.output;
+    EXPECT_NE(run.output.find("step    10/10"), std::string::npos) << run.output;
+    const double d = max_param_diff("ref/step_10", std::string(l.name) + "/step_10");
+    std::printf("[context parallel cli] %-28s max |param - one process| after 10 steps: %.3g\n",
+                l.name, d);
+    EXPECT_LE(d, 1e-4) << l.name;
+  }
+  // The cp4 run's step-5 checkpoint, resumed elsewhere: steps 6-10's losses.
+  const auto want = losses(dir_ / "cp4_p2p_shm" / "metrics.jsonl");
+  for (auto [to, keys, ranks] : {std::tuple{"cp4_to_one", "", 1},
+                                 std::tuple{"cp4_to_cp2_dp2", R"("context_parallel_size": 2,)", 4}}) {
+    fs::create_directories(dir_ / to);
+    fs::copy(dir_ / "cp4_p2p_shm" / "step_5", dir_ / to / "step_5", fs::copy_options::recursive);
+    auto run = train(to, keys, ranks, " --resume");
+    ASSERT_EQ(run.exit_code, 0) << run.output;
+    EXPECT_NE(run.output.find("resumed from"), std::string::npos) << run.output;
+    const auto got = losses(dir_ / to / "metrics.jsonl");
+    double worst = 0;
+    for (int64_t step = 6; step <= 10; ++step) {
+      ASSERT_TRUE(got.count(step) && want.count(step)) << to << ": no loss for step " << step;
+      worst = std::max(worst, std::abs(got.at(step) - want.at(step)));
+    }
+    std::printf("[context parallel cli] cp4 step 5 resumed as %s: steps 6-10 max |loss diff| %.3g\n",
+                to, worst);
+    EXPECT_LE(worst, 1e-5) << to;
+  }
 }
 
 TEST_F(ModelParallelCli, BadLayoutFailsOnEveryRankBeforeAnyModelIsBuilt) {

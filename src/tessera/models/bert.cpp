@@ -58,13 +58,20 @@ BertSelfAttentionImpl::BertSelfAttentionImpl(const BertConfig& c) : heads_(c.num
 torch::Tensor BertSelfAttentionImpl::forward(const torch::Tensor& x,
                                              const torch::Tensor& key_mask) {
   ModuleScope scope(this);
-  const int64_t B = x.size(0), T = x.size(1), C = x.size(2), hd = C / heads_;
-  auto heads = [&](const torch::Tensor& t) { return t.view({B, T, heads_, hd}).transpose(1, 2); };
+  return bert_attention(query(x), key(x), value(x), heads_, key_mask);
+}
+
+torch::Tensor bert_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                             int64_t heads, const torch::Tensor& key_mask) {
+  const int64_t B = q.size(0), T = q.size(1), C = q.size(2), hd = C / heads;
+  auto split_heads = [&](const torch::Tensor& t) {
+    return t.view({B, T, heads, hd}).transpose(1, 2);
+  };
   // A boolean mask: padded keys get no weight, exactly as transformers' additive
   // large-negative mask gives them a weight that underflows to zero.
   std::optional<at::Tensor> mask;
   if (key_mask.defined()) mask = key_mask;
-  auto y = at::scaled_dot_product_attention(heads(query(x)), heads(key(x)), heads(value(x)), mask,
+  auto y = at::scaled_dot_product_attention(split_heads(q), split_heads(k), split_heads(v), mask,
                                             /*dropout_p=*/0.0, /*is_causal=*/false);
   return y.transpose(1, 2).reshape({B, T, C});
 }

@@ -57,6 +57,14 @@ struct BertConfig {
   void validate() const;
 };
 
+// The attention core between the projections: q, k, v [B, T, heads * head_dim]
+// -> bidirectional attention over every position -> [B, T, heads * head_dim].
+// key_mask (optional, boolean, broadcastable to [B, heads, T, T]) is false at
+// padded keys, which get no weight. Shared by the dense and tensor-parallel BERT
+// (a tp rank passes its local head count).
+torch::Tensor bert_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                             int64_t heads, const torch::Tensor& key_mask);
+
 // Multi-head self-attention over all positions, padded keys masked out.
 class BertSelfAttentionImpl : public torch::nn::Module {
  public:

@@ -16,6 +16,13 @@ namespace tessera::models {
 namespace F = torch::nn::functional;
 
 void GPTConfig::validate() const {
+  moe.validate();
+  TS_CHECK_T(ConfigError,
+             !moe.enabled() || activation_checkpoints == 0 ||
+                 (moe.aux_loss_coeff == 0 && moe.z_loss_coeff == 0),
+             "model.moe_aux_loss_coeff and moe_z_loss_coeff are not supported with activation "
+             "checkpointing yet (the recomputed router would not see their gradient); set them "
+             "to 0 or turn activation_checkpointing off");
   TS_CHECK_T(ConfigError, vocab_size > 0, "GPTConfig.vocab_size must be > 0, got ", vocab_size);
   TS_CHECK_T(ConfigError, block_size > 0, "GPTConfig.block_size must be > 0, got ", block_size);
   TS_CHECK_T(ConfigError, n_layer > 0, "GPTConfig.n_layer must be > 0, got ", n_layer);
@@ -135,12 +142,23 @@ BlockImpl::BlockImpl(const GPTConfig& config) {
   ln_1 = register_module("ln_1", make_ln(config));
   attn = register_module("attn", CausalSelfAttention(config));
   ln_2 = register_module("ln_2", make_ln(config));
-  mlp = register_module("mlp", GPTMLP(config));
+  if (config.moe.enabled()) {
+    moe = register_module("moe", MoELayer(config.moe, config.n_embd, config.bias,
+                                          config.gelu_tanh ? "tanh" : "none"));
+  } else {
+    mlp = register_module("mlp", GPTMLP(config));
+  }
 }
 
 torch::Tensor BlockImpl::forward(torch::Tensor x) {
   ModuleScope scope(this);
   x = x + attn(layer_norm_lowp(ln_1, x));
+  if (moe) {
+    // The MoE layer computes in the parameters' float32; the residual stream
+    // keeps compute_dtype.
+    auto h = layer_norm_lowp(ln_2, x);
+    return x + moe(h.to(torch::kFloat)).to(x.scalar_type());
+  }
   return x + mlp(layer_norm_lowp(ln_2, x));
 }
 
@@ -170,7 +188,11 @@ void init_parameter(const std::string& name, torch::Tensor& t, at::Generator& ge
       t.fill_(1.0);
   } else if (is_bias) {
     t.zero_();
-  } else if (name.find("c_proj.weight") != std::string::npos) {
+  } else if (name.find("c_proj.weight") != std::string::npos ||
+             name.find("proj_weight") != std::string::npos ||
+             name.find("shared_proj.weight") != std::string::npos) {
+    // Layers that write into the residual stream (the MoE experts' and shared
+    // expert's output projections too).
     t.normal_(0.0, resid_std, gen);
   } else {
     t.normal_(0.0, std, gen);
@@ -262,8 +284,26 @@ torch::Tensor GPTImpl::loss(const torch::Tensor& idx, const torch::Tensor& targe
   auto ce = [flat_targets](const std::vector<torch::Tensor>& in) {
     return F::cross_entropy(in[0].reshape({-1, in[0].size(-1)}), flat_targets);
   };
-  if (wte->weight.scalar_type() != at::kFloat) return ce({logits});
-  return fp32_island(ce, {logits}, {}, /*round_output=*/false);
+  auto loss = wte->weight.scalar_type() != at::kFloat
+                  ? ce({logits})
+                  : fp32_island(ce, {logits}, {}, /*round_output=*/false);
+  if (!config_.moe.enabled()) return loss;
+  for (size_t i = 0; i < h->size(); ++i) {
+    loss = loss + h->ptr(i)->as<BlockImpl>()->moe->auxiliary_loss();
+  }
+  return loss;
+}
+
+torch::Tensor GPTImpl::tokens_per_expert() const {
+  if (!config_.moe.enabled()) return {};
+  std::vector<torch::Tensor> rows;
+  for (size_t i = 0; i < h->size(); ++i) {
+    const auto& r = h->ptr(i)->as<BlockImpl>()->moe->last_routing();
+    rows.push_back(r.tokens_per_expert.defined() ? r.tokens_per_expert
+                                                 : torch::zeros({config_.moe.num_experts},
+                                                                torch::kLong));
+  }
+  return torch::stack(rows);
 }
 
 torch::Tensor GPTImpl::generate(const torch::Tensor& prompt, int64_t max_new_tokens,

@@ -18,6 +18,8 @@
 
 #include <torch/torch.h>
 
+#include "tessera/models/moe.h"
+
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -53,6 +55,10 @@ struct GPTConfig {
   // every activation; n > 0 cuts the blocks into n segments of consecutive
   // blocks, each recomputed in backward (n_layer: every block on its own).
   int64_t activation_checkpoints = 0;
+  // Mixture of experts (moe.h): with moe.num_experts > 0 every block's MLP is
+  // an MoE layer ("h.<i>.moe.*" instead of "h.<i>.mlp.*"), and loss() adds its
+  // load-balancing and z losses.
+  MoEConfig moe;
   // ConfigError naming the field when a value is out of range.
   void validate() const;
 };
@@ -100,7 +106,7 @@ TORCH_MODULE(GPTMLP);
 torch::Tensor dropout_lowp(torch::nn::Dropout& dropout, const torch::Tensor& x);
 torch::Tensor layer_norm_lowp(torch::nn::LayerNorm& ln, const torch::Tensor& x);
 
-// x + attn(ln_1(x)), then x + mlp(ln_2(x)).
+// x + attn(ln_1(x)), then x + mlp(ln_2(x)) (or moe(ln_2(x)) with experts).
 class BlockImpl : public torch::nn::Module {
  public:
   explicit BlockImpl(const GPTConfig& config);
@@ -108,7 +114,8 @@ class BlockImpl : public torch::nn::Module {
 
   torch::nn::LayerNorm ln_1{nullptr}, ln_2{nullptr};
   CausalSelfAttention attn{nullptr};
-  GPTMLP mlp{nullptr};
+  GPTMLP mlp{nullptr};  // without experts
+  MoELayer moe{nullptr};  // with config.moe.num_experts > 0
 };
 TORCH_MODULE(Block);
 
@@ -121,8 +128,13 @@ class GPTImpl : public torch::nn::Module {
   // (tessera::Error otherwise). Returns logits [B, T, vocab_size].
   torch::Tensor forward(const torch::Tensor& idx);
 
-  // Mean cross entropy of forward(idx) against targets (int64 [B, T]).
+  // Mean cross entropy of forward(idx) against targets (int64 [B, T]), plus
+  // the MoE layers' auxiliary losses when the model has experts.
   torch::Tensor loss(const torch::Tensor& idx, const torch::Tensor& targets);
+
+  // MoE: every layer's kept assignments per expert in the last forward,
+  // [n_layer, num_experts] int64 (undefined without experts).
+  torch::Tensor tokens_per_expert() const;
 
   // Autoregressive sampling for a text sample: appends max_new_tokens tokens to
   // prompt (int64 [T] or [1, T], T >= 1), conditioning on at most the last

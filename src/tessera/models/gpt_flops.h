@@ -20,6 +20,10 @@
 // that MFU compares across frameworks. Softmax, GELU, residual adds and the
 // loss are not counted.
 //
+// With experts (GPTConfig::moe) Ψ counts the parameters a token meets — the
+// router, its top-k experts and the shared expert — not every expert: the
+// active parameters, as MoE papers report MFU.
+//
 // Model FLOPs do not depend on how the step is computed: activation
 // checkpointing recomputes every block's forward in backward, which the
 // hardware does (hardware FLOPs, HFU) but MFU leaves out.

@@ -51,9 +51,36 @@ LlamaRMSNormImpl::LlamaRMSNormImpl(int64_t size, double eps) : eps_(eps) {
 }
 
 torch::Tensor LlamaRMSNormImpl::forward(const torch::Tensor& x) {
+  return rms_norm(x, weight, eps_);
+}
+
+torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
   auto h = x.to(torch::kFloat);
-  h = h * torch::rsqrt(h.pow(2).mean(c10::IntArrayRef{-1}, /*keepdim=*/true) + eps_);
+  h = h * torch::rsqrt(h.pow(2).mean(c10::IntArrayRef{-1}, /*keepdim=*/true) + eps);
   return weight * h.to(x.scalar_type());
+}
+
+torch::Tensor llama_attention(const torch::Tensor& q_flat, const torch::Tensor& k_flat,
+                              const torch::Tensor& v_flat, int64_t heads, int64_t kv_heads,
+                              int64_t head_dim, const torch::Tensor& cos,
+                              const torch::Tensor& sin, const AttentionCore& core) {
+  const int64_t B = q_flat.size(0), T = q_flat.size(1);
+  // [B, T, n * hd] -> [B, n, T, hd]
+  auto split_heads = [&](const torch::Tensor& t, int64_t n) {
+    return t.view({B, T, n, head_dim}).transpose(1, 2);
+  };
+  auto q = apply_rope(split_heads(q_flat, heads), cos, sin);
+  auto k = apply_rope(split_heads(k_flat, kv_heads), cos, sin);
+  auto v = split_heads(v_flat, kv_heads);
+  if (kv_heads != heads) {
+    const int64_t group = heads / kv_heads;
+    k = k.repeat_interleave(group, /*dim=*/1);
+    v = v.repeat_interleave(group, /*dim=*/1);
+  }
+  auto y = core ? core(q, k, v)
+                : at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0,
+                                                   /*is_causal=*/true);
+  return y.transpose(1, 2).reshape({B, T, heads * head_dim});
 }
 
 namespace {
@@ -76,24 +103,8 @@ LlamaAttentionImpl::LlamaAttentionImpl(const LlamaConfig& c)
 torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& cos,
                                           const torch::Tensor& sin) {
   ModuleScope scope(this);
-  const int64_t B = x.size(0), T = x.size(1);
-  // [B, T, n * hd] -> [B, n, T, hd]
-  auto heads = [&](const torch::Tensor& t, int64_t n) {
-    return t.view({B, T, n, head_dim_}).transpose(1, 2);
-  };
-  auto q = apply_rope(heads(q_proj(x), heads_), cos, sin);
-  auto k = apply_rope(heads(k_proj(x), kv_heads_), cos, sin);
-  auto v = heads(v_proj(x), kv_heads_);
-  if (kv_heads_ != heads_) {
-    // Grouped-query attention: query head h reads kv head h / group, as
-    // transformers' repeat_kv lays them out.
-    const int64_t group = heads_ / kv_heads_;
-    k = k.repeat_interleave(group, /*dim=*/1);
-    v = v.repeat_interleave(group, /*dim=*/1);
-  }
-  auto y = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0,
-                                            /*is_causal=*/true);
-  return o_proj(y.transpose(1, 2).reshape({B, T, heads_ * head_dim_}));
+  return o_proj(llama_attention(q_proj(x), k_proj(x), v_proj(x), heads_, kv_heads_, head_dim_,
+                                cos, sin));
 }
 
 LlamaMLPImpl::LlamaMLPImpl(const LlamaConfig& c) {

@@ -67,7 +67,28 @@ struct LlamaConfig {
   void validate() const;
 };
 
-// weight * x / sqrt(mean(x^2) + eps) over the last dimension, in float32.
+// weight * x / sqrt(mean(x^2) + eps) over the last dimension, computed in
+// float32 and returned in x's dtype. The one RMSNorm arithmetic of every Llama
+// layout (the tensor-parallel norm passes its sequence-parallel weight).
+torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps);
+
+// The attention core between the projections: q [B, T, heads * head_dim] and
+// k, v [B, T, kv_heads * head_dim] -> causal grouped-query attention with RoPE
+// on q and k -> [B, T, heads * head_dim]. Query head h reads kv head
+// h / (heads / kv_heads), as transformers' repeat_kv lays them out; a
+// tensor-parallel rank passes its local head counts, which keep that grouping
+// because both counts divide by tp.
+// `core` computes causal attention of q, k, v [B, heads, T, head_dim] (the kv
+// heads already repeated); empty: scaled_dot_product_attention. Context
+// parallelism passes attention across its ranks.
+using AttentionCore = std::function<torch::Tensor(const torch::Tensor& q, const torch::Tensor& k,
+                                                  const torch::Tensor& v)>;
+torch::Tensor llama_attention(const torch::Tensor& q, const torch::Tensor& k,
+                              const torch::Tensor& v, int64_t heads, int64_t kv_heads,
+                              int64_t head_dim, const torch::Tensor& cos,
+                              const torch::Tensor& sin, const AttentionCore& core = {});
+
+// weight * x / sqrt(mean(x^2) + eps) over the last dimension (rms_norm).
 class LlamaRMSNormImpl : public torch::nn::Module {
  public:
   LlamaRMSNormImpl(int64_t size, double eps);

@@ -20,15 +20,22 @@ std::shared_ptr<comm::ProcessGroup> mine(comm::ProcessGroup& world,
 
 }  // namespace
 
-ProcessMesh ProcessMesh::build(std::shared_ptr<comm::ProcessGroup> world, int tp, int pp) {
+ProcessMesh ProcessMesh::build(std::shared_ptr<comm::ProcessGroup> world, int tp, int pp,
+                               int cp) {
   TS_CHECK(world != nullptr, "ProcessMesh::build: no world group; call tessera::init() first");
-  Topology t(world->size(), tp, pp);
+  Topology t(world->size(), tp, pp, cp);
   ProcessMesh m(t, t.coord(world->rank()));
   m.world_ = world;
   m.tp_ = mine(*world, t.tp_groups());
   m.dp_ = mine(*world, t.dp_groups());
   m.pp_ = mine(*world, t.pp_groups());
   m.embedding_ = mine(*world, t.embedding_groups());
+  if (cp > 1) {
+    m.cp_ = mine(*world, t.cp_groups());
+    m.replicas_ = mine(*world, t.replica_groups());
+  } else {
+    m.replicas_ = m.dp_;
+  }
   TS_INTERNAL_ASSERT(m.tp_ && m.dp_ && m.pp_, "ProcessMesh: a rank is missing from an axis");
   return m;
 }

@@ -8,7 +8,10 @@
 //
 // build() is a collective: every rank of `world` calls it with the same sizes,
 // and each gets the groups it belongs to (tp, dp, pp, and the embedding group of
-// the first and last pipeline stage; nullptr for a rank of a middle stage). A
+// the first and last pipeline stage; nullptr for a rank of a middle stage).
+// With context parallelism (cp > 1) it also gets its cp ring and its replica
+// group (dp x cp ranks, topology.h); without, cp() is nullptr and replicas()
+// is the dp group. A
 // layout that does not divide the world is a ConfigError (Topology) raised on
 // every rank before any group is created.
 #pragma once
@@ -22,7 +25,8 @@ namespace tessera::parallel {
 
 class ProcessMesh {
  public:
-  static ProcessMesh build(std::shared_ptr<comm::ProcessGroup> world, int tp, int pp);
+  static ProcessMesh build(std::shared_ptr<comm::ProcessGroup> world, int tp, int pp,
+                           int cp = 1);
 
   const Topology& topology() const { return topology_; }
   MeshCoord coord() const { return coord_; }
@@ -30,6 +34,10 @@ class ProcessMesh {
   const std::shared_ptr<comm::ProcessGroup>& tp() const { return tp_; }
   const std::shared_ptr<comm::ProcessGroup>& dp() const { return dp_; }
   const std::shared_ptr<comm::ProcessGroup>& pp() const { return pp_; }
+  const std::shared_ptr<comm::ProcessGroup>& cp() const { return cp_; }
+  // The ranks holding the same parameters as this one: gradients are averaged
+  // and ZeRO shards over it.
+  const std::shared_ptr<comm::ProcessGroup>& replicas() const { return replicas_; }
   // First and last pipeline stage of this rank's pipeline; nullptr on middle stages.
   const std::shared_ptr<comm::ProcessGroup>& embedding() const { return embedding_; }
   bool first_stage() const { return coord_.pp == 0; }
@@ -39,7 +47,7 @@ class ProcessMesh {
   ProcessMesh(Topology t, MeshCoord c) : topology_(t), coord_(c) {}
   Topology topology_;
   MeshCoord coord_;
-  std::shared_ptr<comm::ProcessGroup> world_, tp_, dp_, pp_, embedding_;
+  std::shared_ptr<comm::ProcessGroup> world_, tp_, dp_, pp_, cp_, replicas_, embedding_;
 };
 
 }  // namespace tessera::parallel

@@ -6,26 +6,37 @@
 
 namespace tessera::parallel {
 
-Topology::Topology(int world, int tp, int pp) : world_(world), tp_(tp), pp_(pp) {
+Topology::Topology(int world, int tp, int pp, int cp) : world_(world), tp_(tp), pp_(pp), cp_(cp) {
   TS_CHECK_T(ConfigError, world >= 1, "the world size must be >= 1, got ", world);
-  TS_CHECK_T(ConfigError, tp >= 1 && pp >= 1, "tensor_model_parallel_size (", tp,
-             ") and pipeline_model_parallel_size (", pp, ") must be >= 1");
-  TS_CHECK_T(ConfigError, world % (tp * pp) == 0, "tensor_model_parallel_size ", tp,
-             " x pipeline_model_parallel_size ", pp, " = ", tp * pp,
-             " does not divide the world size ", world,
-             "; data parallel size = world / (tp x pp) must be a whole number");
-  dp_ = world / (tp * pp);
+  TS_CHECK_T(ConfigError, tp >= 1 && pp >= 1 && cp >= 1, "tensor_model_parallel_size (", tp,
+             "), pipeline_model_parallel_size (", pp, ") and context_parallel_size (", cp,
+             ") must be >= 1");
+  TS_CHECK_T(ConfigError, world % (tp * pp * cp) == 0, "tensor_model_parallel_size ", tp,
+             " x pipeline_model_parallel_size ", pp,
+             cp > 1 ? c10::str(" x context_parallel_size ", cp) : std::string(), " = ",
+             tp * pp * cp, " does not divide the world size ", world,
+             "; data parallel size = world / (tp x ", cp > 1 ? "cp x " : "",
+             "pp) must be a whole number");
+  dp_ = world / (tp * pp * cp);
 }
 
 MeshCoord Topology::coord(int rank) const {
   TS_CHECK_T(ConfigError, rank >= 0 && rank < world_, "rank ", rank, " is not in ", describe());
-  return {rank % tp_, (rank / tp_) % dp_, rank / (tp_ * dp_)};
+  MeshCoord c;
+  c.tp = rank % tp_;
+  c.cp = (rank / tp_) % cp_;
+  c.dp = (rank / (tp_ * cp_)) % dp_;
+  c.pp = rank / (tp_ * cp_ * dp_);
+  return c;
 }
 
 int Topology::rank_of(const MeshCoord& c) const {
-  TS_CHECK_T(ConfigError, c.tp >= 0 && c.tp < tp_ && c.dp >= 0 && c.dp < dp_ && c.pp >= 0 && c.pp < pp_,
-             "mesh coordinate (tp ", c.tp, ", dp ", c.dp, ", pp ", c.pp, ") is outside ", describe());
-  return c.tp + tp_ * (c.dp + dp_ * c.pp);
+  TS_CHECK_T(ConfigError,
+             c.tp >= 0 && c.tp < tp_ && c.dp >= 0 && c.dp < dp_ && c.pp >= 0 && c.pp < pp_ &&
+                 c.cp >= 0 && c.cp < cp_,
+             "mesh coordinate (tp ", c.tp, ", cp ", c.cp, ", dp ", c.dp, ", pp ", c.pp,
+             ") is outside ", describe());
+  return c.tp + tp_ * (c.cp + cp_ * (c.dp + dp_ * c.pp));
 }
 
 std::vector<int> Topology::tp_group_of(int rank) const {
@@ -46,6 +57,22 @@ std::vector<int> Topology::pp_group_of(int rank) const {
   MeshCoord c = coord(rank);
   std::vector<int> g;
   for (c.pp = 0; c.pp < pp_; ++c.pp) g.push_back(rank_of(c));
+  return g;
+}
+
+std::vector<int> Topology::cp_group_of(int rank) const {
+  MeshCoord c = coord(rank);
+  std::vector<int> g;
+  for (c.cp = 0; c.cp < cp_; ++c.cp) g.push_back(rank_of(c));
+  return g;
+}
+
+std::vector<int> Topology::replica_group_of(int rank) const {
+  MeshCoord c = coord(rank);
+  std::vector<int> g;
+  for (c.dp = 0; c.dp < dp_; ++c.dp) {
+    for (c.cp = 0; c.cp < cp_; ++c.cp) g.push_back(rank_of(c));
+  }
   return g;
 }
 
@@ -75,6 +102,13 @@ std::vector<std::vector<int>> Topology::pp_groups() const {
   return groups_by(world_, [this](int r) { return pp_group_of(r); });
 }
 
+std::vector<std::vector<int>> Topology::cp_groups() const {
+  return groups_by(world_, [this](int r) { return cp_group_of(r); });
+}
+std::vector<std::vector<int>> Topology::replica_groups() const {
+  return groups_by(world_, [this](int r) { return replica_group_of(r); });
+}
+
 std::vector<std::vector<int>> Topology::embedding_groups() const {
   std::vector<std::vector<int>> out;
   for (const auto& g : pp_groups()) {
@@ -84,7 +118,8 @@ std::vector<std::vector<int>> Topology::embedding_groups() const {
 }
 
 std::string Topology::describe() const {
-  return c10::str("tp", tp_, " x dp", dp_, " x pp", pp_, " (", world_, " ranks)");
+  return c10::str("tp", tp_, cp_ > 1 ? c10::str(" x cp", cp_) : std::string(), " x dp", dp_,
+                  " x pp", pp_, " (", world_, " ranks)");
 }
 
 }  // namespace tessera::parallel

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "tessera/core/check.h"
+#include "tessera/parallel/context/cp_comm_type.h"
 #include "tessera/parallel/topology.h"
 
 namespace tessera::runtime {
@@ -24,7 +25,7 @@ const std::vector<std::string> kTopKeys = {
     "virtual_pipeline_model_parallel_size", "sequence_parallel", "pipeline_schedule",
     "pipeline_partition_method", "activation_checkpointing", "communication_data_type", "aio", "local_sgd",
     "timeline", "comms_logger", "tensorboard", "csv_monitor", "flops_profiler", "checkpoint",
-    "tensor_parallel"};
+    "tensor_parallel", "context_parallel_size", "cp_comm_type"};
 const std::vector<std::string> kOptimizerKeys = {"type", "params"};
 const std::vector<std::string> kOptimizerParams = {
     "lr", "betas", "eps", "weight_decay", "amsgrad", "momentum", "dampening", "nesterov",
@@ -532,12 +533,17 @@ void parse_model_parallel(const json& j, ModelParallelConfig& m) {
              "': use uniform or parameters");
   TS_CHECK_T(ConfigError, !m.sequence_parallel || m.tensor_model_parallel_size > 1,
              "config 'sequence_parallel' needs tensor_model_parallel_size > 1");
+  m.context_parallel_size = size("context_parallel_size");
+  m.cp_comm_type = read_string(j, "cp_comm_type", "", "p2p");
+  parallel::parse_cp_comm_type(m.cp_comm_type);  // ConfigError naming the choices
 }
 
 }  // namespace
 
 int ModelParallelConfig::data_parallel_size(int world) const {
-  return parallel::Topology(world, tensor_model_parallel_size, pipeline_model_parallel_size).dp();
+  return parallel::Topology(world, tensor_model_parallel_size, pipeline_model_parallel_size,
+                            context_parallel_size)
+      .dp();
 }
 
 Config Config::from_json(const json& j, const std::string& source) {

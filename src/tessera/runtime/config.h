@@ -161,9 +161,16 @@ struct ModelParallelConfig {
   // How blocks go to stages: uniform (by count) | parameters (balanced by
   // parameter count, the embedding and head included; DeepSpeed's name).
   std::string pipeline_partition_method = "uniform";
-  // True when the job splits the model (tp or pp > 1).
-  bool enabled() const { return tensor_model_parallel_size * pipeline_model_parallel_size > 1; }
-  // world / (tp * pp); ConfigError naming the numbers when it does not divide.
+  // Context parallelism (Megatron's names): each sample's sequence split over
+  // this many ranks (parallel/context/context_parallel.h), attention across
+  // them by cp_comm_type: p2p (ring) | a2a (all-to-all over heads) | allgather.
+  int context_parallel_size = 1;
+  std::string cp_comm_type = "p2p";
+  // True when the job splits the model or its sequences (tp, pp or cp > 1).
+  bool enabled() const {
+    return tensor_model_parallel_size * pipeline_model_parallel_size * context_parallel_size > 1;
+  }
+  // world / (tp * cp * pp); ConfigError naming the numbers when it does not divide.
   int data_parallel_size(int world) const;
 };
 

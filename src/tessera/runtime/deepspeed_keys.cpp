@@ -121,8 +121,8 @@ const std::vector<DeepSpeedKey> kKeys = {
     {"expert_parallel", K::kUnsupported,
      "expert parallelism (AutoEP) is not available yet: remove the section"},
     {"sequence_parallel_size", K::kUnsupported,
-     "Ulysses sequence parallelism is not available: remove the key, or use Megatron-style "
-     "sequence parallelism, \"sequence_parallel\": true with tensor_model_parallel_size > 1",
+     "DeepSpeed-Ulysses is context parallelism with all-to-all over heads here: use "
+     "\"context_parallel_size\": N with \"cp_comm_type\": \"a2a\" instead (docs/parallelism.md)",
      "1"},
     // Logging.
     {"dump_state", K::kNoOp, "tessera train prints the resolved settings at start already"},

@@ -42,7 +42,8 @@ struct BenchFlags {
 bool parse_flags(const Args& args, BenchFlags& f) {
   CLI::App app{"tessera bench: collective benchmark (run it in every worker of a job)",
                "tessera bench"};
-  app.add_option("--op", f.op, "all_reduce, reduce_scatter, all_gather, broadcast or all");
+  app.add_option("--op", f.op,
+                 "all_reduce, reduce_scatter, all_gather, broadcast, all_to_all_v or all");
   app.add_option("--dtype", f.dtype, "float32, float64, float16, bfloat16, int32 or int64");
   app.add_option("--min-bytes", f.min_bytes, "smallest size of the doubling sweep (e.g. 1K)");
   app.add_option("--max-bytes", f.max_bytes, "largest size of the doubling sweep (e.g. 32M)");

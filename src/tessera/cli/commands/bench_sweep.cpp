@@ -93,6 +93,35 @@ OpCase make_case(comm::ProcessGroup& g, BenchOp op, at::ScalarType dtype, int64_
       };
       break;
     }
+    case BenchOp::kAllToAllV: {
+      // Rank i sends rank j `unit` x (1 + (i + j) % n) elements: uneven splits
+      // whose sum is the same on every rank.
+      const int64_t units = static_cast<int64_t>(n) * (n + 1) / 2;
+      const int64_t unit = std::max<int64_t>(1, count / units);
+      auto share = [=](int from, int to) { return unit * (1 + (from + to) % n); };
+      std::vector<int64_t> send, recv;
+      for (int j = 0; j < n; ++j) {
+        send.push_back(share(rank, j));
+        recv.push_back(share(j, rank));
+      }
+      auto input = rank_input(0, unit * units, rank, dtype);
+      auto output = at::zeros({unit * units}, dtype);
+      c.refresh = [=]() mutable { output.zero_(); };
+      c.launch = [=, &g] { return g.all_to_all(output, input, recv, send); };
+      c.verify = [=] {
+        int64_t at = 0;
+        for (int j = 0; j < n; ++j) {
+          int64_t from = 0;  // where rank j's slice for this rank starts in its input
+          for (int m = 0; m < rank; ++m) from += share(j, m);
+          if (!at::equal(output.narrow(0, at, recv[j]), rank_input(from, recv[j], j, dtype))) {
+            return false;
+          }
+          at += recv[j];
+        }
+        return true;
+      };
+      break;
+    }
     case BenchOp::kBroadcast: {
       auto pristine = rank_input(0, count, 1, dtype);
       auto data = rank == 0 ? pristine.clone() : at::zeros({count}, dtype);
@@ -153,6 +182,7 @@ const char* to_string(BenchOp op) {
     case BenchOp::kReduceScatter: return "reduce_scatter";
     case BenchOp::kAllGather: return "all_gather";
     case BenchOp::kBroadcast: return "broadcast";
+    case BenchOp::kAllToAllV: return "all_to_all_v";
   }
   return "?";
 }
@@ -161,8 +191,9 @@ std::vector<BenchOp> parse_ops(const std::string& name) {
   if (name == "all") return std::vector<BenchOp>(std::begin(kOps), std::end(kOps));
   for (BenchOp op : kOps)
     if (name == to_string(op)) return {op};
+  if (name == to_string(BenchOp::kAllToAllV)) return {BenchOp::kAllToAllV};
   TS_THROW(ConfigError, "unknown --op '", name,
-           "': use all_reduce, reduce_scatter, all_gather, broadcast or all");
+           "': use all_reduce, reduce_scatter, all_gather, broadcast, all_to_all_v or all");
 }
 
 at::ScalarType parse_dtype(const std::string& name) {
@@ -202,7 +233,8 @@ double bus_factor(BenchOp op, int n) {
   switch (op) {
     case BenchOp::kAllReduce: return 2.0 * (n - 1) / n;
     case BenchOp::kReduceScatter:
-    case BenchOp::kAllGather: return static_cast<double>(n - 1) / n;
+    case BenchOp::kAllGather:
+    case BenchOp::kAllToAllV: return static_cast<double>(n - 1) / n;
     case BenchOp::kBroadcast: return 1.0;
   }
   return 1.0;

@@ -9,7 +9,8 @@
 // checked on every rank and the verdict agreed through the group.
 //
 // Sizes: S is the whole array in bytes (for reduce_scatter and all_gather too, as
-// in nccl-tests); algbw = S / time; busbw = algbw * bus_factor().
+// in nccl-tests; for all_to_all_v each rank's input); algbw = S / time; busbw =
+// algbw * bus_factor().
 //
 // Collective over the group: every rank calls run_sweep() with the same options.
 // Not thread-safe (it queues collectives in order on the group).
@@ -25,10 +26,14 @@
 
 namespace tessera::cli::bench {
 
-enum class BenchOp { kAllReduce, kReduceScatter, kAllGather, kBroadcast };
+// kAllToAllV: an uneven all-to-all (rank i sends rank j a share proportional to
+// 1 + (i + j) % n of its S bytes), the exchange expert parallelism makes; not
+// part of "all".
+enum class BenchOp { kAllReduce, kReduceScatter, kAllGather, kBroadcast, kAllToAllV };
 
 const char* to_string(BenchOp op);
-// "all_reduce", "reduce_scatter", "all_gather", "broadcast", or "all" (every op).
+// "all_reduce", "reduce_scatter", "all_gather", "broadcast", "all_to_all_v", or
+// "all" (the first four).
 // ConfigError naming the valid values otherwise.
 std::vector<BenchOp> parse_ops(const std::string& name);
 // "float32", "float64", "float16", "bfloat16", "int32", "int64" (ConfigError otherwise).

@@ -78,6 +78,9 @@ void add_flags(CLI::App& app, PlanFlags& f) {
   app.add_option("--dp", f.filter.dp, "only layouts with this data-parallel size");
   app.add_option("--tp", f.filter.tp, "only this tensor-parallel size");
   app.add_option("--pp", f.filter.pp, "only this pipeline-parallel size");
+  app.add_option("--cp", f.filter.cp,
+                 "only this context-parallel size (default: cp > 1 is weighed only when no "
+                 "layout without it fits)");
   app.add_option("--vp", f.filter.vp, "only this number of virtual stages per device");
   app.add_option("--zero", f.filter.zero, "only this ZeRO stage");
   app.add_option("--micro-batch", f.filter.micro_batch, "only this micro-batch size");

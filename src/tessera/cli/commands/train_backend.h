@@ -69,6 +69,9 @@ class TrainBackend {
   // fp16 loss scaling (1 and 0 without it).
   virtual double loss_scale() const { return 1.0; }
   virtual int64_t skipped_steps() const { return 0; }
+  // MoE models: tokens kept per expert per layer ([layer][expert]) over the
+  // whole job since the last call; null without experts. Collective.
+  virtual nlohmann::json take_tokens_per_expert() { return nullptr; }
   virtual runtime::MemoryStats memory_stats() const = 0;
   virtual comm::CommStats comm_stats() const = 0;
   // The engine's timeline and comms logger (runtime/observability.h).

@@ -108,7 +108,7 @@ class DataParallelBackend : public TrainBackend {
       : group_(default_group()), model_(build_model<Model>(s)),
         engine_(initialize(model_, cfg, group_)),
         micro_(cfg.train_micro_batch_size_per_gpu), accum_(cfg.gradient_accumulation_steps),
-        overflow_steps_(parse_overflow_steps()) {}
+        overflow_steps_(parse_overflow_steps()), moe_(!s.is_llama() && s.model.moe.enabled()) {}
 
   double train_step(TrainData& data) override {
     double sum = 0;
@@ -124,8 +124,27 @@ class DataParallelBackend : public TrainBackend {
       engine_.backward(inject ? loss * std::numeric_limits<double>::infinity() : loss);
       engine_.step();
       sum += loss.item<double>();
+      if constexpr (std::is_same_v<Model, models::GPT>) {
+        if (moe_) {
+          auto t = model_->tokens_per_expert();
+          routed_ = routed_.defined() ? routed_ + t : t;
+        }
+      }
     }
     return sum / static_cast<double>(accum_);
+  }
+  nlohmann::json take_tokens_per_expert() override {
+    if (!moe_ || !routed_.defined()) return nullptr;
+    auto total = routed_.to(at::kLong).contiguous();
+    group_->all_reduce(total)->wait();
+    routed_ = at::Tensor();
+    nlohmann::json rows = nlohmann::json::array();
+    for (int64_t l = 0; l < total.size(0); ++l) {
+      auto row = total[l];
+      rows.push_back(std::vector<int64_t>(row.data_ptr<int64_t>(),
+                                          row.data_ptr<int64_t>() + row.numel()));
+    }
+    return rows;
   }
   double mean_over_job(double local) override {
     auto t = at::full({1}, local, at::kDouble);
@@ -188,6 +207,8 @@ class DataParallelBackend : public TrainBackend {
   runtime::Engine engine_;
   int64_t micro_, accum_;
   OverflowSteps overflow_steps_;
+  bool moe_;          // the model has experts: count their tokens
+  at::Tensor routed_;   // [layer, expert] kept assignments since the last record
 };
 
 // The model family the ModelParallelEngine builds: the Llama or the GPT.
@@ -288,7 +309,12 @@ DataShard check_train_layout(runtime::Config& cfg, const TrainSettings& s, int w
   }
   const int dp = runtime::ModelParallelEngine::check_layout(decoder_spec(s), cfg, world);
   const auto& mp = cfg.model_parallel;
-  const parallel::Topology t(world, mp.tensor_model_parallel_size, mp.pipeline_model_parallel_size);
+  // The training sequences (model.block_size tokens) are what cp splits.
+  if (mp.context_parallel_size > 1) {
+    parallel::check_context_parallel_length(s.model.block_size, mp.context_parallel_size);
+  }
+  const parallel::Topology t(world, mp.tensor_model_parallel_size, mp.pipeline_model_parallel_size,
+                             mp.context_parallel_size);
   return {dp, t.coord(rank).dp};
 }
 

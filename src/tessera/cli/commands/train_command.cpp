@@ -343,6 +343,9 @@ int train_command(const Args& args) {
         record["loss_scale"] = backend->loss_scale();
         record["skipped_steps"] = backend->skipped_steps();
       }
+      if (auto routed = backend->take_tokens_per_expert(); !routed.is_null()) {
+        record["tokens_per_expert"] = routed;  // [layer][expert], every rank, since the last record
+      }
       metrics.write(record);
       metrics.write(memory_record(*backend, step));
       loss_sum = 0;

@@ -65,6 +65,25 @@ void read_gpt2_sizes(const runtime::Config& cfg, TrainSettings& s) {
   s.model = runtime::hf::read_gpt2_config(s.init_from_hf, options).model;
 }
 
+// Megatron's MoE keys, in the "model" section (models/moe.h).
+void read_moe(const nlohmann::json& m, models::MoEConfig& moe) {
+  moe.num_experts = read_int(m, "num_experts", "model", 0);
+  moe.router_topk = read_positive_int(m, "moe_router_topk", "model", moe.router_topk);
+  moe.score_function =
+      read_string(m, "moe_router_score_function", "model", moe.score_function);
+  moe.aux_loss_coeff = read_number(m, "moe_aux_loss_coeff", "model", 0.0);
+  moe.z_loss_coeff = read_number(m, "moe_z_loss_coeff", "model", 0.0);
+  // null (Megatron's default) or absent: dropless.
+  const bool dropless =
+      !m.contains("moe_expert_capacity_factor") || m["moe_expert_capacity_factor"].is_null();
+  moe.capacity_factor = dropless ? 0.0 : read_number(m, "moe_expert_capacity_factor", "model", 0.0);
+  moe.token_drop_policy = read_string(m, "moe_token_drop_policy", "model", moe.token_drop_policy);
+  moe.expert_intermediate_size = read_int(m, "moe_ffn_hidden_size", "model", 0);
+  moe.shared_expert_intermediate_size =
+      read_int(m, "moe_shared_expert_intermediate_size", "model", 0);
+  moe.validate();
+}
+
 }  // namespace
 
 // Sized for `make demo`: two ranks on two cores reach a loss well under 2.5 nats
@@ -122,7 +141,12 @@ TrainSettings TrainSettings::from_config(const runtime::Config& cfg) {
     return s;
   }
   check_known_keys(m, {"type", "vocab_size", "block_size", "n_layer", "n_head", "n_embd", "dropout",
-                       "bias", "fused_attention", "seed", "init_from_hf"}, "model");
+                       "bias", "fused_attention", "seed", "init_from_hf", "num_experts",
+                       "moe_router_topk", "moe_router_score_function", "moe_aux_loss_coeff",
+                       "moe_z_loss_coeff", "moe_expert_capacity_factor", "moe_token_drop_policy",
+                       "moe_ffn_hidden_size", "moe_shared_expert_intermediate_size"},
+                   "model");
+  read_moe(m, s.model.moe);
   s.init_from_hf = read_string(m, "init_from_hf", "model", "");
   if (!s.init_from_hf.empty()) {
     read_gpt2_sizes(cfg, s);

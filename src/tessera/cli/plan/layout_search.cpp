@@ -19,27 +19,33 @@ bool allowed(const std::optional<T>& pin, T value) {
   return !pin || *pin == value;
 }
 
-// The (dp, tp, pp, vp) splits the engines run.
-std::vector<Layout> mesh_splits(const PlanProblem& problem, const LayoutFilter& f) {
+// The (dp, tp, cp, pp, vp) splits the engines run, with cp = 1 only or cp > 1
+// only.
+std::vector<Layout> mesh_splits(const PlanProblem& problem, const LayoutFilter& f,
+                                bool context_parallel) {
   const ModelSpec& m = problem.model;
   const int world = problem.cluster.world();
   std::vector<Layout> out;
   for (int tp : divisors(world, problem.cluster.devices_per_node)) {
     if (!allowed(f.tp, tp) || m.heads % tp || m.hidden % tp || m.vocab % tp) continue;
-    for (int pp : divisors(world / tp, m.layers)) {
-      if (!allowed(f.pp, pp) || m.layers % pp) continue;
-      const int dp = world / (tp * pp);
-      if (!allowed(f.dp, dp) || problem.global_batch % dp) continue;
-      for (int vp = 1; vp <= m.layers / pp; vp *= 2) {
-        if (vp > 1 && (pp == 1 || (m.layers / pp) % vp)) break;
-        if (!allowed(f.vp, vp)) continue;
-        Layout l;
-        l.dp = dp;
-        l.tp = tp;
-        l.pp = pp;
-        l.vp = vp;
-        out.push_back(l);
-        if (pp == 1) break;
+    for (int cp : divisors(world / tp, m.seq)) {
+      if ((cp > 1) != context_parallel || !allowed(f.cp, cp) || m.seq % (2 * cp)) continue;
+      for (int pp : divisors(world / (tp * cp), m.layers)) {
+        if (!allowed(f.pp, pp) || m.layers % pp) continue;
+        const int dp = world / (tp * cp * pp);
+        if (!allowed(f.dp, dp) || problem.global_batch % dp) continue;
+        for (int vp = 1; vp <= m.layers / pp; vp *= 2) {
+          if (vp > 1 && (pp == 1 || (m.layers / pp) % vp)) break;
+          if (!allowed(f.vp, vp)) continue;
+          Layout l;
+          l.dp = dp;
+          l.tp = tp;
+          l.cp = cp;
+          l.pp = pp;
+          l.vp = vp;
+          out.push_back(l);
+          if (pp == 1) break;
+        }
       }
     }
   }
@@ -49,7 +55,7 @@ std::vector<Layout> mesh_splits(const PlanProblem& problem, const LayoutFilter& 
 // ZeRO stages, offload and recompute choices for one split and micro-batch.
 void add_variants(const PlanProblem& problem, const LayoutFilter& f, Layout base,
                   std::vector<Candidate>& out) {
-  const bool model_parallel = base.tp > 1 || base.pp > 1;
+  const bool model_parallel = base.tp > 1 || base.pp > 1 || base.cp > 1;
   const int max_zero = base.dp == 1 ? 0 : (model_parallel ? 1 : 3);
   for (int zero = 0; zero <= max_zero; ++zero) {
     if (!allowed(f.zero, zero)) continue;
@@ -96,9 +102,11 @@ Candidate evaluate(const PlanProblem& problem, const Layout& layout) {
   return c;
 }
 
-std::vector<Candidate> search_layouts(const PlanProblem& problem, const LayoutFilter& filter) {
-  std::vector<Candidate> out;
-  for (const Layout& split : mesh_splits(problem, filter)) {
+namespace {
+
+void add_splits(const PlanProblem& problem, const LayoutFilter& filter, bool context_parallel,
+                std::vector<Candidate>& out) {
+  for (const Layout& split : mesh_splits(problem, filter, context_parallel)) {
     const int64_t per_replica = problem.global_batch / split.dp;
     // Micro-batches past 64 sequences gain nothing a plan needs to show.
     const int64_t max_mb = filter.micro_batch ? *filter.micro_batch : 64;
@@ -113,6 +121,20 @@ std::vector<Candidate> search_layouts(const PlanProblem& problem, const LayoutFi
       if (l.vp > 1 && l.micro_batches % l.pp) continue;
       add_variants(problem, filter, l, out);
     }
+  }
+}
+
+}  // namespace
+
+std::vector<Candidate> search_layouts(const PlanProblem& problem, const LayoutFilter& filter) {
+  std::vector<Candidate> out;
+  if (!filter.cp || *filter.cp == 1) add_splits(problem, filter, false, out);
+  // Context parallelism costs communication in every attention layer: worth
+  // trying where nothing without it fits, or when asked for.
+  const bool fits = std::any_of(out.begin(), out.end(),
+                                [](const Candidate& c) { return c.memory.fits(); });
+  if ((filter.cp && *filter.cp > 1) || (!filter.cp && !fits)) {
+    add_splits(problem, filter, true, out);
   }
   // Equal throughput (the MFU is an input, so the micro-batch often does not
   // change it): the one needing less memory first.

@@ -1,11 +1,12 @@
 // The layouts `tessera plan` weighs: every split of the cluster's devices into
-// dp x tp x pp that Tessera can run (tp inside a node dividing the heads, the
-// hidden size and the vocabulary; pp dividing the layers; v chunks dividing each
-// stage's layers; ZeRO 0-3 with data parallelism only, ZeRO 0-1 with tensor or
-// pipeline parallelism, as the engines allow), each micro-batch dividing the
-// replica's batch, with and without offload and recomputation. Offload and
-// recomputation are kept only where the layout does not fit without them
-// ("worth trying"), unless the filter asks for them.
+// dp x tp x cp x pp that Tessera can run (tp inside a node dividing the heads,
+// the hidden size and the vocabulary; cp splitting the sequence into 2·cp
+// chunks; pp dividing the layers; v chunks dividing each stage's layers; ZeRO
+// 0-3 with data parallelism only, ZeRO 0-1 with tensor, context or pipeline
+// parallelism, as the engines allow), each micro-batch dividing the replica's
+// batch, with and without offload and recomputation. Offload, recomputation and
+// context parallelism are kept only where no layout without them fits ("worth
+// trying"), unless the filter asks for them.
 // Pure functions.
 #pragma once
 
@@ -20,7 +21,7 @@ namespace tessera::cli::plan {
 
 // Pins some dimensions of the search (from --dp, --tp, ...); unset: any.
 struct LayoutFilter {
-  std::optional<int> dp, tp, pp, vp, zero;
+  std::optional<int> dp, tp, pp, vp, zero, cp;
   std::optional<int64_t> micro_batch;
   std::optional<bool> offload, recompute;
 };

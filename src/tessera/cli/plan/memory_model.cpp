@@ -36,8 +36,12 @@ double device_whole_params(const PlanProblem& problem, const Layout& layout) {
 
 double block_activation_bytes(const PlanProblem& problem, const Layout& layout) {
   const ModelSpec& m = problem.model;
-  const double s = static_cast<double>(m.seq), b = static_cast<double>(layout.micro_batch);
-  const double h = static_cast<double>(m.hidden), a = static_cast<double>(m.heads);
+  // Under context parallelism a rank holds seq / cp tokens, and its block
+  // attention keeps no probabilities (recomputed from the log-sum-exp in
+  // backward): the 5as/h term, attention's quadratic part, goes away.
+  const double s = static_cast<double>(m.seq) / layout.cp, b = static_cast<double>(layout.micro_batch);
+  const double h = static_cast<double>(m.hidden);
+  const double a = layout.cp > 1 ? 0.0 : static_cast<double>(m.heads);
   const double t = layout.tp;
   // Korthikanti et al. count 16-bit activations (and 1-byte dropout masks);
   // float32 activations take twice the bytes.
@@ -67,7 +71,7 @@ double activation_bytes(const PlanProblem& problem, const Layout& layout) {
   double stored;
   if (layout.recompute) {
     // Only each block's input is kept; one block is rebuilt at a time.
-    const double sbh = static_cast<double>(m.seq) * layout.micro_batch * m.hidden *
+    const double sbh = static_cast<double>(m.seq) / layout.cp * layout.micro_batch * m.hidden *
                        problem.activation_bytes() /
                        (problem.sequence_parallel ? layout.tp : 1);
     stored = sbh * blocks_on_stage * in_flight + block;
@@ -76,15 +80,29 @@ double activation_bytes(const PlanProblem& problem, const Layout& layout) {
   }
   // Logits and their gradient in float32 (the loss is computed in float32),
   // split over tp by the vocabulary-parallel head.
-  const double logits = 2.0 * 4.0 * static_cast<double>(m.seq) * layout.micro_batch * m.vocab /
-                        layout.tp;
+  const double logits = 2.0 * 4.0 * static_cast<double>(m.seq) / layout.cp * layout.micro_batch *
+                        m.vocab / layout.tp;
   return stored + logits;
 }
+
+double state_transient_bytes(const PlanProblem& problem, const Layout& layout,
+                             const StateBytes& sb, double psi, double block);
 
 double transient_bytes(const PlanProblem& problem, const Layout& layout, const StateBytes& sb,
                        double psi) {
   const ModelSpec& m = problem.model;
   const double block = static_cast<double>(m.block_params()) / layout.tp;
+  // Ring attention computes one piece of queries against one of keys at a time
+  // (seq / 2cp each way): its float32 scores, probabilities and their gradient.
+  const double piece = static_cast<double>(m.seq) / (2.0 * layout.cp);
+  const double ring = layout.cp > 1 ? 3.0 * 4.0 * piece * piece * layout.micro_batch *
+                                          static_cast<double>(m.heads) / layout.tp
+                                    : 0.0;
+  return ring + state_transient_bytes(problem, layout, sb, psi, block);
+}
+
+double state_transient_bytes(const PlanProblem& problem, const Layout& layout,
+                             const StateBytes& sb, double psi, double block) {
   switch (layout.zero) {
     case 0:
       // 16-bit gradients on the wire: a cast copy of the buckets in flight.
@@ -106,7 +124,7 @@ double transient_bytes(const PlanProblem& problem, const Layout& layout, const S
 MemoryEstimate estimate_memory(const PlanProblem& problem, const Layout& layout) {
   const StateBytes sb = state_bytes(problem.state_layout, problem.precision);
   const double psi = device_params(problem, layout);
-  const double n = layout.dp;
+  const double n = layout.dp * layout.cp;  // ZeRO shards over every replica of the parameters
   MemoryEstimate e;
   e.params = sb.param * psi;
   e.grads = sb.grad * psi;

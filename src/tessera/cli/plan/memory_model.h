@@ -14,8 +14,12 @@
 //                  plus one block's working set; fp32 doubles it. 1F1B keeps p
 //                  micro-batches on the first stage (l blocks' worth; interleaved:
 //                  x(1 + (p-1)/(pv))), plus the float32 logits and their gradient.
+//                  Context parallelism (cp) divides s by cp and drops the 5as/h
+//                  term: block attention keeps no probabilities.
 //   transient      what exists only inside a step: DDP buckets in flight, ZeRO-2
-//                  gradient buffers, ZeRO-3 gathered units (current + prefetched).
+//                  gradient buffers, ZeRO-3 gathered units (current + prefetched),
+//                  ring attention's score piece (3 float32 (s/2cp)^2 per head).
+//   ZeRO's N is the replica group: dp x cp ranks.
 // Pure functions.
 #pragma once
 

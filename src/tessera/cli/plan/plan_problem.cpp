@@ -31,8 +31,9 @@ void PlanProblem::validate() const {
 }
 
 std::string Layout::describe() const {
-  std::string s = "dp" + std::to_string(dp) + " tp" + std::to_string(tp) + " pp" +
-                  std::to_string(pp);
+  std::string s = "dp" + std::to_string(dp) + " tp" + std::to_string(tp);
+  if (cp > 1) s += " cp" + std::to_string(cp);
+  s += " pp" + std::to_string(pp);
   if (vp > 1) s += " v" + std::to_string(vp);
   s += " z" + std::to_string(zero) + " mb" + std::to_string(micro_batch) + "x" +
        std::to_string(micro_batches);

@@ -1,6 +1,6 @@
 // PlanProblem and Layout: what `tessera plan` is asked (a model on a cluster at a
 // global batch and precision) and one answer it weighs (how the devices are
-// split: dp x tp x pp with v virtual stages, the ZeRO stage over dp, offload,
+// split: dp x tp x cp x pp with v virtual stages, the ZeRO stage over dp, offload,
 // activation recomputation, the micro-batch).
 //
 // StateLayout says which bytes per parameter the model state takes:
@@ -59,6 +59,7 @@ struct Layout {
   int dp = 1;
   int tp = 1;
   int pp = 1;
+  int cp = 1;  // context parallel: every sequence split over cp ranks
   int vp = 1;  // virtual pipeline stages (model chunks) per device
   int zero = 0;
   bool offload = false;    // optimizer state off the device
@@ -66,8 +67,9 @@ struct Layout {
   int64_t micro_batch = 1;    // sequences per micro-batch
   int64_t micro_batches = 1;  // per data-parallel replica and step
 
-  int world() const { return dp * tp * pp; }
-  // "dp8 tp1 pp1 z1 mb4x2", plus " v2", " offload", " recompute" when set.
+  int world() const { return dp * tp * pp * cp; }
+  // "dp8 tp1 pp1 z1 mb4x2", plus " cp2" (after tp), " v2", " offload",
+  // " recompute" when set.
   std::string describe() const;
 };
 

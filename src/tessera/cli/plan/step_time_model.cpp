@@ -37,7 +37,7 @@ struct DpTraffic {
 
 DpTraffic dp_traffic(const PlanProblem& problem, const Layout& layout, double psi) {
   const ClusterSpec& c = problem.cluster;
-  const int n = layout.dp;
+  const int n = layout.dp * layout.cp;  // every replica of the parameters
   const int k = per_node(c, n, layout.tp);
   const double m = static_cast<double>(layout.micro_batches);
   const bool paper = problem.state_layout == StateLayout::kZeroPaper;
@@ -85,13 +85,14 @@ StepTime estimate_step_time(const PlanProblem& problem, const Layout& layout) {
   const double rate = c.device_flops(problem.precision) * c.mfu;
   const double mb_flops = model.step_flops(static_cast<double>(layout.micro_batch),
                                            layout.recompute);
-  const double t_mb = mb_flops / (layout.tp * layout.pp) / rate;
+  const double split = static_cast<double>(layout.tp) * layout.pp * layout.cp;
+  const double t_mb = mb_flops / split / rate;
   st.flops = model.step_flops(static_cast<double>(layout.micro_batch), false) *
              static_cast<double>(layout.micro_batches) * layout.dp;
 
   // Tensor parallel: all-reduces of b·s·h activations inside the tp group.
-  const double act = static_cast<double>(layout.micro_batch) * model.seq * model.hidden *
-                     problem.activation_bytes();
+  const double act = static_cast<double>(layout.micro_batch) * model.seq / layout.cp *
+                     model.hidden * problem.activation_bytes();
   const double blocks = static_cast<double>(model.layers) / layout.pp;
   double tp_mb = 0;
   if (layout.tp > 1) {
@@ -101,13 +102,24 @@ StepTime estimate_step_time(const PlanProblem& problem, const Layout& layout) {
             blocks * per_block * c.sync_penalty();
   }
   // Pipeline: a send forward and one backward per chunk; neighbours are
-  // tp * dp ranks apart, in another node once that exceeds a node.
+  // tp * cp * dp ranks apart, in another node once that exceeds a node.
   double pp_mb = 0;
   if (layout.pp > 1) {
-    const bool same_node = layout.tp * layout.dp < c.devices_per_node;
+    const bool same_node = layout.tp * layout.cp * layout.dp < c.devices_per_node;
     const double bw = same_node ? c.intra_busbw : c.inter_busbw;
     const double alpha = same_node ? c.intra_alpha : c.inter_alpha;
     pp_mb = 2.0 * layout.vp * (alpha + act / layout.tp / bw);
+  }
+  // Context parallel: ring transfers to the next cp rank, tp ranks apart.
+  double cp_mb = 0;
+  if (layout.cp > 1) {
+    const bool same_node = layout.tp * layout.cp <= c.devices_per_node;
+    const double bw = same_node ? c.intra_busbw : c.inter_busbw;
+    const double alpha = same_node ? c.intra_alpha : c.inter_alpha;
+    const double kv = 2.0 * act / layout.tp;  // one rank's keys and values
+    const double per_block = (layout.cp - 1.0) * 2.0 * (alpha + kv / bw) +
+                             layout.cp * (alpha + kv * 4.0 / problem.activation_bytes() / bw);
+    cp_mb = blocks * per_block * (1.0 - c.overlap);
   }
   const double m = static_cast<double>(layout.micro_batches);
   const double slots = layout.pp > 1 ? m + (layout.pp - 1.0) / layout.vp : m;
@@ -119,12 +131,13 @@ StepTime estimate_step_time(const PlanProblem& problem, const Layout& layout) {
   const double alone = (problem.precision == Precision::kFp32 ? c.peak_flops_fp32
                                                                 : c.peak_flops_16) * c.mfu;
   if (alone > rate) {
-    const double t_alone = mb_flops / (layout.tp * layout.pp) / alone;
+    const double t_alone = mb_flops / split / alone;
     st.compute = std::max(m * t_mb, slots * t_alone);
   }
   st.bubble = st.compute - m * t_mb;
   st.tp_comm = slots * tp_mb;
   st.pp_comm = slots * pp_mb;
+  st.cp_comm = slots * cp_mb;
 
   const double psi = device_params(problem, layout);
   const DpTraffic dp = dp_traffic(problem, layout, psi);
@@ -148,7 +161,7 @@ StepTime estimate_step_time(const PlanProblem& problem, const Layout& layout) {
   if (copied == 0 && layout.zero == 3) copied = 2.0 * sb_copy.grad + 4.0 * sb_copy.param;
   st.zero_copies = copied > 0 ? m * psi * copied / c.device_memory_bw() : 0.0;
 
-  const double local = layout.zero >= 1 ? psi / layout.dp : psi;
+  const double local = layout.zero >= 1 ? psi / (layout.dp * layout.cp) : psi;
   st.optimizer = local * 32.0 / c.device_memory_bw();
   if (layout.offload) {
     const StateBytes sb = state_bytes(problem.state_layout, problem.precision);
@@ -158,7 +171,8 @@ StepTime estimate_step_time(const PlanProblem& problem, const Layout& layout) {
                                                                        : sb.grad + sb.param;
     st.optimizer += local * moved / c.offload_bw;
   }
-  st.total = st.compute + st.tp_comm + st.pp_comm + st.dp_exposed + st.zero_copies + st.optimizer;
+  st.total = st.compute + st.tp_comm + st.pp_comm + st.cp_comm + st.dp_exposed + st.zero_copies +
+             st.optimizer;
   return st;
 }
 

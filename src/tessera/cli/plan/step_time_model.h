@@ -12,6 +12,11 @@
 //               slice for the parked members (ClusterSpec::sync_penalty).
 //   pipeline    one send of b·s·h activations forward and one of gradients
 //               backward per chunk and micro-batch.
+//   context     per block and micro-batch, ring attention passes cp-1 key/value
+//   parallel    blocks (2·b·(s/cp)·h/t elements) forward, and cp-1 of them plus
+//               cp float32 key/value gradients backward; the block attention
+//               hides up to cluster.overlap of it. Compute divides by cp, and the
+//               data-parallel collectives run over dp x cp ranks.
 //   data par.   ZeRO-0: all-reduce of the gradients once per step; ZeRO-1:
 //               reduce-scatter + all-gather once per step; ZeRO-2: a
 //               reduce-scatter per micro-batch + all-gather; ZeRO-3: per
@@ -39,11 +44,12 @@ struct StepTime {
   double bubble = 0;      // of compute
   double tp_comm = 0;     // exposed tensor-parallel collectives
   double pp_comm = 0;     // exposed pipeline sends
+  double cp_comm = 0;     // exposed ring-attention transfers
   double dp_comm = 0;     // data-parallel collectives, before overlap
   double dp_exposed = 0;  // after overlap
   double zero_copies = 0; // ZeRO-2/3 flat-buffer copies through memory
   double optimizer = 0;   // optimizer step (+ offload traffic)
-  double total = 0;       // compute + tp + pp + dp_exposed + zero_copies + optimizer
+  double total = 0;       // compute + tp + pp + cp + dp_exposed + zero_copies + optimizer
   double flops = 0;       // model FLOPs of the step, all devices together
 };
 

@@ -77,6 +77,7 @@ DecoderPipelineStage::DecoderPipelineStage(const ProcessMesh& mesh, const Decode
   dropout_rng_ = std::make_shared<DropoutRng>(options.dropout_seed, c.tp, c.dp, c.pp);
   tp_options_ = TensorParallelOptions{mesh.tp(), sequence_parallel_, dropout_rng_,
                                       options.partition_activations};
+  tp_options_.context = ContextParallelOptions{mesh.cp(), options.cp_comm_type};
 }
 
 DecoderPart DecoderPipelineStage::part() const {

@@ -62,6 +62,8 @@ struct DecoderStageOptions {
   // false: the stage's weights are not drawn (DecoderPart::initialize); the
   // caller loads them all.
   bool initialize_weights = true;
+  // With a cp group in the mesh: how attention crosses it (context_parallel.h).
+  CpCommType cp_comm_type = CpCommType::kP2P;
 };
 
 class DecoderPipelineStage : public BatchedStage {
@@ -129,6 +131,9 @@ struct DecoderSpec {
   std::function<std::vector<std::pair<int64_t, int64_t>>(int p, int v)> split_by_parameters;
   // false: stages skip drawing the initial weights (DecoderStageOptions).
   bool initialize_weights = true;
+  // The family's attention runs across a context-parallel group (causal
+  // decoders: the GPT, the Llama).
+  bool context_parallel = false;
   // This rank's stage of `mesh`.
   std::function<std::unique_ptr<DecoderPipelineStage>(const ProcessMesh&, const DecoderStageOptions&)>
       build_stage;

@@ -54,6 +54,7 @@ GptPipelineStage::GptPipelineStage(const models::GPTConfig& config, const Proces
 DecoderSpec gpt_decoder_spec(const models::GPTConfig& config) {
   DecoderSpec spec;
   spec.family = "GPT";
+  spec.context_parallel = true;
   spec.layers_key = "model.n_layer";
   spec.num_layers = config.n_layer;
   spec.dense_names = gpt_dense_names(config);

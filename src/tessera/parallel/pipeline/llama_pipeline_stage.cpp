@@ -39,6 +39,7 @@ LlamaPipelineStage::LlamaPipelineStage(const models::LlamaConfig& config, const 
 DecoderSpec llama_decoder_spec(const models::LlamaConfig& config) {
   DecoderSpec spec;
   spec.family = "Llama";
+  spec.context_parallel = true;
   spec.layers_key = "model.num_hidden_layers";
   spec.num_layers = config.num_hidden_layers;
   for (const auto& [name, shape] : models::llama_parameter_shapes(config)) {

@@ -29,6 +29,7 @@
 #include <memory>
 
 #include "tessera/comm/process_group.h"
+#include "tessera/parallel/context/context_parallel.h"
 #include "tessera/parallel/tensor/dropout_rng.h"
 
 namespace tessera::parallel {
@@ -45,6 +46,10 @@ struct TensorParallelOptions {
   // them uninitialized, for a caller that overwrites every one (a model built
   // only to load a checkpoint into).
   bool draw_weights = true;
+  // Context parallelism (context_parallel.h): the models' attention runs across
+  // this cp group and each rank holds its chunks of every sequence; the layers
+  // themselves work on whatever tokens they get.
+  ContextParallelOptions context = {};
 };
 
 // Which part of a dense weight a tensor-parallel rank holds: all of it, its

@@ -39,26 +39,19 @@ TORCH_MODULE(TpBertResidualOutput);
 class TpBertSelfAttentionImpl : public torch::nn::Module {
  public:
   TpBertSelfAttentionImpl(const models::BertConfig& c, const TensorParallelOptions& tp)
-      : heads_(c.num_attention_heads / tp.group->size()),
-        head_dim_(c.hidden_size / c.num_attention_heads) {
+      : heads_(c.num_attention_heads / tp.group->size()) {
     const int64_t C = c.hidden_size;
     query = register_module("query", ColumnParallelLinear(C, C, tp, true));
     key = register_module("key", ColumnParallelLinear(C, C, tp, true));
     value = register_module("value", ColumnParallelLinear(C, C, tp, true));
   }
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& key_mask) {
-    const int64_t B = x.size(0), T = x.size(1);
-    auto heads = [&](const torch::Tensor& t) { return t.view({B, T, heads_, head_dim_}).transpose(1, 2); };
-    std::optional<at::Tensor> mask;
-    if (key_mask.defined()) mask = key_mask;
-    auto y = at::scaled_dot_product_attention(heads(query(x)), heads(key(x)), heads(value(x)), mask,
-                                              /*dropout_p=*/0.0, /*is_causal=*/false);
-    return y.transpose(1, 2).reshape({B, T, heads_ * head_dim_});
+    return models::bert_attention(query(x), key(x), value(x), heads_, key_mask);
   }
   ColumnParallelLinear query{nullptr}, key{nullptr}, value{nullptr};
 
  private:
-  int64_t heads_, head_dim_;
+  int64_t heads_;
 };
 TORCH_MODULE(TpBertSelfAttention);
 

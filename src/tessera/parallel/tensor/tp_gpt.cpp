@@ -69,6 +69,7 @@ class TpAttentionImpl : public torch::nn::Module {
       // 16-bit activations: the core in float32 on the upcast qkv (recomputed in
       // backward); float32: directly.
       auto core = [this](const std::vector<torch::Tensor>& in) {
+        if (tp_.context.enabled()) return across_context(in[0]);
         return fused_ && models::ops::causal_attention_supports(in[0], local_heads_)
                    ? models::ops::causal_attention(in[0], local_heads_)
                    : composed(in[0]);
@@ -82,6 +83,15 @@ class TpAttentionImpl : public torch::nn::Module {
   RowParallelLinear c_proj{nullptr};
 
  private:
+  // This rank's heads over the whole sequence while holding its cp chunks.
+  torch::Tensor across_context(const torch::Tensor& qkv) {
+    const int64_t B = qkv.size(0), T = qkv.size(1), hd = local_embd_ / local_heads_;
+    auto parts = qkv.split(local_embd_, 2);
+    auto heads = [&](const torch::Tensor& t) { return t.view({B, T, local_heads_, hd}).transpose(1, 2); };
+    auto y = context_parallel_attention(heads(parts[0]), heads(parts[1]), heads(parts[2]),
+                                        /*causal=*/true, tp_.context);
+    return y.transpose(1, 2).reshape({B, T, local_embd_});
+  }
   torch::Tensor composed(const torch::Tensor& qkv) {
     const int64_t B = qkv.size(0), T = qkv.size(1), hd = local_embd_ / local_heads_;
     auto parts = qkv.split(local_embd_, 2);
@@ -162,6 +172,9 @@ DenseSlice dense_slice_of(const std::string& name) {
 
 void check_tensor_parallel_layout(const models::GPTConfig& c, int n, bool sequence_parallel) {
   c.validate();
+  TS_CHECK_T(ConfigError, !c.moe.enabled(), "model.num_experts ", c.moe.num_experts,
+             ": the MoE GPT trains with data parallelism (and ZeRO) so far, not with tensor, ",
+             "pipeline or context parallelism; set those sizes to 1");
   TS_CHECK_T(ConfigError, c.n_head % n == 0, "model.n_head ", c.n_head,
              " does not divide by tensor_model_parallel_size ", n,
              ": every tensor-parallel rank needs whole attention heads");
@@ -179,6 +192,9 @@ TensorParallelGPTImpl::TensorParallelGPTImpl(const models::GPTConfig& config,
   tp_.draw_weights = tp_.draw_weights && part_.initialize;  // no placeholder draws either
   TS_CHECK_T(ConfigError, tp_.group != nullptr, "TensorParallelGPT needs a tensor-parallel group");
   check_tensor_parallel_layout(config_, tp_.group->size(), tp_.sequence_parallel);
+  TS_CHECK_T(ConfigError, config_.dropout == 0.0 || !tp_.context.enabled(), "model.dropout ",
+             config_.dropout, " is not supported with context parallelism (attention computed ",
+             "across ranks draws no dropout mask); set model.dropout to 0");
   TS_CHECK_T(ConfigError, config_.dropout == 0.0 || tp_.dropout_rng != nullptr, "model.dropout ",
              config_.dropout, " needs TensorParallelOptions::dropout_rng (a DropoutRng) to draw "
              "the masks from");
@@ -215,19 +231,27 @@ TensorParallelGPTImpl::TensorParallelGPTImpl(const models::GPTConfig& config,
 torch::Tensor TensorParallelGPTImpl::embed(const torch::Tensor& idx) {
   TS_CHECK(part_.embedding, "TensorParallelGPT.embed: this rank does not hold the embedding");
   TS_CHECK(idx.dim() == 2, "TensorParallelGPT.forward expects idx of shape [B, T], got ", idx.sizes());
-  const int64_t T = idx.size(1);
-  TS_CHECK(T >= 1 && T <= config_.block_size, "TensorParallelGPT.forward: sequence length ", T,
-           " exceeds block_size ", config_.block_size);
+  // Under context parallelism idx holds this rank's chunks of longer sequences.
+  const int64_t T = idx.size(1), cp = tp_.context.size();
+  TS_CHECK(T >= 1 && T * cp <= config_.block_size, "TensorParallelGPT.forward: sequence length ",
+           T * cp, " exceeds block_size ", config_.block_size);
   comm::ProcessGroup& g = *tp_.group;
   auto x = wte(idx);  // [B, T(/tp), C]
+  // The position rows of this rank's tokens.
+  auto positions = [&](const torch::Tensor& table) {
+    return tp_.context.enabled()
+               ? table.index_select(
+                     0, context_parallel_positions(T * cp, tp_.context.rank(), cp).to(table.device()))
+               : table.slice(0, 0, T);
+  };
   if (tp_.sequence_parallel) {
     TS_CHECK(T % g.size() == 0, "TensorParallelGPT: sequence length ", T,
              " does not divide by tensor_model_parallel_size ", g.size(),
              " under sequence_parallel");
     const int64_t per = T / g.size();
-    x = x + copy_to_tp(wpe_, g).slice(0, per * g.rank(), per * (g.rank() + 1));
+    x = x + positions(copy_to_tp(wpe_, g)).slice(0, per * g.rank(), per * (g.rank() + 1));
   } else {
-    x = x + wpe_.slice(0, 0, T);
+    x = x + positions(wpe_);
   }
   x = drop(x, config_.dropout, is_training(), tp_, tp_.sequence_parallel);
   // The residual stream and every activation after it in compute_dtype.

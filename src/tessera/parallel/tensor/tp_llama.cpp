@@ -21,11 +21,8 @@ class TpRMSNormImpl : public torch::nn::Module {
     weight = register_parameter("weight", torch::ones({size}));
   }
   torch::Tensor forward(const torch::Tensor& x) {
-    // The dense RMSNorm's arithmetic (models/llama.cpp), so results match it.
-    auto h = x.to(torch::kFloat);
-    h = h * torch::rsqrt(h.pow(2).mean(c10::IntArrayRef{-1}, /*keepdim=*/true) + eps_);
-    const auto w = tp_.sequence_parallel ? copy_to_tp(weight, *tp_.group) : weight;
-    return w * h.to(x.scalar_type());
+    return models::rms_norm(x, tp_.sequence_parallel ? copy_to_tp(weight, *tp_.group) : weight,
+                            eps_);
   }
   torch::Tensor weight;
 
@@ -39,7 +36,8 @@ TORCH_MODULE(TpRMSNorm);
 class TpLlamaAttentionImpl : public torch::nn::Module {
  public:
   TpLlamaAttentionImpl(const models::LlamaConfig& c, const TensorParallelOptions& tp)
-      : heads_(c.num_attention_heads / tp.group->size()),
+      : context_(tp.context),
+        heads_(c.num_attention_heads / tp.group->size()),
         kv_heads_(c.num_key_value_heads / tp.group->size()),
         head_dim_(c.effective_head_dim()) {
     const int64_t C = c.hidden_size, q = c.num_attention_heads * head_dim_;
@@ -49,31 +47,23 @@ class TpLlamaAttentionImpl : public torch::nn::Module {
     v_proj = register_module("v_proj", ColumnParallelLinear(C, kv, tp, c.attention_bias));
     o_proj = register_module("o_proj", RowParallelLinear(q, C, tp, c.attention_bias));
   }
-  // x [B, T(/tp), C]; cos, sin for the whole sequence.
+  // x [B, T(/tp), C]; cos, sin for the whole sequence. The column-parallel
+  // projections gather the sequence, so attention sees all of it.
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
-    auto q = q_proj(x);  // [B, T, heads_ * head_dim_]: the sequence is whole from here
-    const int64_t B = q.size(0), T = q.size(1);
-    auto heads = [&](const torch::Tensor& t, int64_t n) {
-      return t.view({B, T, n, head_dim_}).transpose(1, 2);
-    };
-    q = models::apply_rope(heads(q, heads_), cos, sin);
-    auto k = models::apply_rope(heads(k_proj(x), kv_heads_), cos, sin);
-    auto v = heads(v_proj(x), kv_heads_);
-    if (kv_heads_ != heads_) {
-      // Local query head h reads local kv head h / group: the split keeps the
-      // dense model's grouping because both head counts divide by tp.
-      const int64_t group = heads_ / kv_heads_;
-      k = k.repeat_interleave(group, /*dim=*/1);
-      v = v.repeat_interleave(group, /*dim=*/1);
+    models::AttentionCore core;
+    if (context_.enabled()) {
+      core = [this](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+        return context_parallel_attention(q, k, v, /*causal=*/true, context_);
+      };
     }
-    auto y = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0,
-                                              /*is_causal=*/true);
-    return o_proj(y.transpose(1, 2).reshape({B, T, heads_ * head_dim_}));
+    return o_proj(models::llama_attention(q_proj(x), k_proj(x), v_proj(x), heads_, kv_heads_,
+                                          head_dim_, cos, sin, core));
   }
   ColumnParallelLinear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr};
   RowParallelLinear o_proj{nullptr};
 
  private:
+  ContextParallelOptions context_;
   int64_t heads_, kv_heads_, head_dim_;
 };
 TORCH_MODULE(TpLlamaAttention);
@@ -108,7 +98,14 @@ class TpLlamaLayerImpl : public torch::nn::Module {
   }
   torch::Tensor forward(torch::Tensor x) {
     const int64_t T = tp_.sequence_parallel ? x.size(1) * tp_.group->size() : x.size(1);
-    auto [cos, sin] = models::rope_cos_sin(inv_freq_, T, x.device());
+    const int cp = tp_.context.size();
+    auto [cos, sin] = models::rope_cos_sin(inv_freq_, T * cp, x.device());
+    if (tp_.context.enabled()) {
+      // The rotations of this rank's chunks' positions.
+      auto pos = context_parallel_positions(T * cp, tp_.context.rank(), cp).to(x.device());
+      cos = cos.index_select(0, pos);
+      sin = sin.index_select(0, pos);
+    }
     x = x + self_attn(input_layernorm(x), cos, sin);
     return x + mlp(post_attention_layernorm(x));
   }

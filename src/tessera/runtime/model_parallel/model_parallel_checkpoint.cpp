@@ -86,7 +86,7 @@ checkpoint::NamedTensors ModelParallelEngine::whole_optimizer_state() {
         continue;
       }
       at::Tensor whole = at::empty({part.padded_numel()}, value.options());
-      mesh_.dp()->all_gather_into(whole, value.contiguous())->wait();
+      mesh_.replicas()->all_gather_into(whole, value.contiguous())->wait();
       for (size_t i = 0; i < u->names().size(); ++i) {
         out.emplace_back(kCheckpointOptimPrefix + u->names()[i] + "." + field,
                          whole.narrow(0, part.offset(i), part.numel(i)).view(u->params()[i].sizes()));
@@ -118,7 +118,7 @@ StagedOptimizerState ModelParallelEngine::stage_sharded_state(const checkpoint::
         continue;
       }
       at::Tensor shard = at::zeros({u->partition().shard_numel()}, options);
-      for (const zero::Piece& p : u->partition().pieces_of_rank(data_parallel_rank())) {
+      for (const zero::Piece& p : u->partition().pieces_of_rank(replica_rank())) {
         const at::Tensor& src = find(kCheckpointOptimPrefix + u->names()[p.param] + "." + field);
         shard.narrow(0, p.shard_offset, p.numel).copy_(src.reshape({-1}).narrow(0, p.param_offset, p.numel));
       }
@@ -151,8 +151,8 @@ std::optional<checkpoint::CompletedSave> ModelParallelEngine::wait_for_checkpoin
 checkpoint::CheckpointState ModelParallelEngine::checkpoint_state(const json& client_state) {
   checkpoint::CheckpointState state;
   const int tp_rank = mesh_.coord().tp, tp_size = mesh_.topology().tp();
-  const auto opt = whole_optimizer_state();  // collective over dp under ZeRO-1
-  if (mesh_.coord().dp == 0) {
+  const auto opt = whole_optimizer_state();  // collective over dp x cp under ZeRO-1
+  if (replica_rank() == 0) {  // one replica writes the model
     for (size_t i = 0; i < params_.names.size(); ++i) {
       const std::string& name = params_.names[i];
       if (stage_->is_duplicate(name)) continue;
@@ -193,6 +193,7 @@ checkpoint::CheckpointState ModelParallelEngine::checkpoint_state(const json& cl
                     {"tensor_model_parallel_size", mp.tensor_model_parallel_size},
                     {"pipeline_model_parallel_size", mp.pipeline_model_parallel_size},
                     {"virtual_pipeline_model_parallel_size", mp.virtual_pipeline_model_parallel_size},
+                    {"context_parallel_size", mp.context_parallel_size},
                     {"optimizer", optimizer_type_name(*optimizer_)},
                     {"scheduler", config_.scheduler.type},
                     {"client_state", client_state}};

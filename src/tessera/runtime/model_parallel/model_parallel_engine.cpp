@@ -39,7 +39,7 @@ parallel::ProcessMesh checked_mesh(const parallel::DecoderSpec& model, Config& c
   ModelParallelEngine::check_layout(model, config, world->size());
   const auto& mp = config.model_parallel;
   return parallel::ProcessMesh::build(world, mp.tensor_model_parallel_size,
-                                      mp.pipeline_model_parallel_size);
+                                      mp.pipeline_model_parallel_size, mp.context_parallel_size);
 }
 
 }  // namespace
@@ -70,6 +70,10 @@ int ModelParallelEngine::check_layout(const parallel::DecoderSpec& model, Config
                pp, "); every virtual stage needs the same number of layers");
   }
   model.check_tensor_parallel(tp, mp.sequence_parallel);
+  TS_CHECK_T(ConfigError, mp.context_parallel_size == 1 || model.context_parallel,
+             "context_parallel_size ", mp.context_parallel_size, " is not supported for the ",
+             model.family, " (its attention over padded batches does not run across ranks); "
+             "use 1");
   TS_CHECK_T(ConfigError, config.zero.stage <= 1, "zero_optimization.stage ", config.zero.stage,
              " is not supported together with tensor or pipeline parallelism yet; use stage 1 "
              "(optimizer state sharded over the data-parallel group) or 0");
@@ -107,7 +111,8 @@ ModelParallelEngine::ModelParallelEngine(parallel::DecoderSpec model, Config con
       mesh_, parallel::DecoderStageOptions{v, mp.sequence_parallel, config_.seed,
                                            mp.pipeline_partition_method == "parameters",
                                            config_.activation_checkpointing.partition_activations,
-                                           model_.initialize_weights});
+                                           model_.initialize_weights,
+                                           parallel::parse_cp_comm_type(mp.cp_comm_type)});
   executor_ = std::make_unique<parallel::PipelineExecutor>(
       mesh_.pp(),
       parallel::make_pipeline_schedule(mp.pipeline_schedule, mesh_.topology().pp(),
@@ -128,8 +133,7 @@ ModelParallelEngine::ModelParallelEngine(parallel::DecoderSpec model, Config con
     for (auto& spec : config_param_groups(local, params_)) {
       if (spec.params.params.empty()) continue;
       units_.push_back(std::make_unique<zero::FlatUnit>(spec.params.names, spec.params.params, 1,
-                                                        data_parallel_rank(),
-                                                        data_parallel_size()));
+                                                        replica_rank(), replica_count()));
       std::vector<at::Tensor> shard{units_.back()->shard()};
       if (spec.options) {
         groups.emplace_back(std::move(shard), std::move(spec.options));
@@ -168,7 +172,7 @@ ModelParallelEngine::ModelParallelEngine(parallel::DecoderSpec model, Config con
   for (size_t i = 0; i < params_.names.size(); ++i) {
     if (!stage_->is_duplicate(params_.names[i])) own += static_cast<double>(params_.params[i].numel());
   }
-  num_parameters_ = static_cast<int64_t>(world_sum(own) / data_parallel_size() + 0.5);
+  num_parameters_ = static_cast<int64_t>(world_sum(own) / replica_count() + 0.5);
 }
 
 double ModelParallelEngine::world_sum(double local) {
@@ -185,13 +189,14 @@ double ModelParallelEngine::train_step(const at::Tensor& ids, const at::Tensor& 
            "ModelParallelEngine::train_step wants ids and targets of [", want,
            ", T] (gradient_accumulation_steps x train_micro_batch_size_per_gpu), got ",
            ids.sizes(), " and ", targets.sizes());
-  stage_->set_batch(ids, targets, static_cast<int>(m));
+  stage_->set_batch(local_tokens(ids), local_tokens(targets), static_cast<int>(m));
   if (units_.empty()) optimizer_->zero_grad();
   for (auto& u : units_) u->zero_grad();  // the flat gradients, .grad views rebound
   last_ = executor_->run(*stage_);
-  // The loss lives on the last stage, the same on each of its tp ranks.
+  // The loss lives on the last stage, the same on each of its tp ranks; each
+  // cp rank's is the mean over its equal share of the tokens.
   const bool counts = last_.has_loss && mesh_.coord().tp == 0;
-  return world_sum(counts ? last_.loss : 0.0) / data_parallel_size();
+  return world_sum(counts ? last_.loss : 0.0) / replica_count();
 }
 
 double ModelParallelEngine::evaluate(const at::Tensor& ids, const at::Tensor& targets) {
@@ -200,21 +205,26 @@ double ModelParallelEngine::evaluate(const at::Tensor& ids, const at::Tensor& ta
            "ModelParallelEngine::evaluate wants ids and targets of [n x ", micro, ", T], got ",
            ids.sizes(), " and ", targets.sizes());
   const int n = static_cast<int>(ids.size(0) / micro);
-  stage_->set_batch(ids, targets, n);
+  stage_->set_batch(local_tokens(ids), local_tokens(targets), n);
   stage_->set_training(false);  // no dropout
   const auto r = executor_->evaluate(*stage_, n);
   stage_->set_training(true);
   const bool counts = r.has_loss && mesh_.coord().tp == 0;
-  return world_sum(counts ? r.loss : 0.0) / data_parallel_size();
+  return world_sum(counts ? r.loss : 0.0) / replica_count();
+}
+
+at::Tensor ModelParallelEngine::local_tokens(const at::Tensor& batch) const {
+  const int cp = mesh_.topology().cp();
+  return cp == 1 ? batch : parallel::context_parallel_shard(batch, 1, mesh_.coord().cp, cp);
 }
 
 void ModelParallelEngine::average_over_data_parallel() {
   if (!units_.empty()) {  // ZeRO-1: each rank ends with its shard's mean gradient
-    for (auto& u : units_) u->launch_reduce(*mesh_.dp(), config_.zero.reduce_scatter);
+    for (auto& u : units_) u->launch_reduce(*mesh_.replicas(), config_.zero.reduce_scatter);
     for (auto& u : units_) u->finish_reduce();
     return;
   }
-  if (data_parallel_size() == 1) return;
+  if (replica_count() == 1) return;
   at::NoGradGuard no_grad;
   // Buckets of bucket_cap_mb, each one flat all-reduce.
   const int64_t cap = static_cast<int64_t>(config_.data_parallel.bucket_cap_mb * 1048576.0 / 4.0);
@@ -225,7 +235,7 @@ void ModelParallelEngine::average_over_data_parallel() {
     std::vector<at::Tensor> flat_views;
     for (auto& g : bucket) flat_views.push_back(g.reshape({-1}));
     auto flat = at::cat(flat_views);
-    mesh_.dp()->all_reduce(flat, comm::ReduceOp::kAvg)->wait();
+    mesh_.replicas()->all_reduce(flat, comm::ReduceOp::kAvg)->wait();
     int64_t at_ = 0;
     for (auto& g : bucket) {
       g.copy_(flat.narrow(0, at_, g.numel()).view_as(g));
@@ -249,7 +259,7 @@ double ModelParallelEngine::clip_gradients() {
     // The shards tile each replica's gradients once: no division by dp.
     double sq = 0;
     for (auto& u : units_) {
-      for (const zero::Piece& p : u->partition().pieces_of_rank(data_parallel_rank())) {
+      for (const zero::Piece& p : u->partition().pieces_of_rank(replica_rank())) {
         if (stage_->is_duplicate(u->names()[p.param])) continue;
         sq += u->grad_shard().narrow(0, p.shard_offset, p.numel).to(at::kDouble).pow(2).sum().item<double>();
       }
@@ -267,7 +277,7 @@ double ModelParallelEngine::clip_gradients() {
     if (g.defined() && !stage_->is_duplicate(params_.names[i])) counted.push_back(g);
   }
   // Replicas hold the same averaged gradients: one replica's share of the sum.
-  const double norm = std::sqrt(world_sum(squared_norm(counted)) / data_parallel_size());
+  const double norm = std::sqrt(world_sum(squared_norm(counted)) / replica_count());
   clip_to_norm(all, norm, config_.gradient_clipping);
   return norm;
 }
@@ -281,7 +291,7 @@ void ModelParallelEngine::optimizer_step() {
   } else {
     step_in_chunks(*optimizer_);  // ZeRO-1 shards: see optimizer_chunks.h
   }
-  for (auto& u : units_) u->launch_gather(*mesh_.dp());
+  for (auto& u : units_) u->launch_gather(*mesh_.replicas());
   for (auto& u : units_) u->finish_gather();
   ++global_steps_;
   apply_schedule();

@@ -126,6 +126,10 @@ class ModelParallelEngine {
   const parallel::ProcessMesh& mesh() const { return mesh_; }
   int data_parallel_rank() const { return mesh_.coord().dp; }
   int data_parallel_size() const { return mesh_.topology().dp(); }
+  // The ranks holding this rank's parameters (dp x cp): gradients are averaged
+  // and ZeRO-1 shards over them. Without cp, the data-parallel rank and size.
+  int replica_rank() const { return mesh_.replicas()->rank(); }
+  int replica_count() const { return mesh_.replicas()->size(); }
   parallel::DecoderPipelineStage& stage() { return *stage_; }
   torch::optim::Optimizer& optimizer() { return *optimizer_; }
   // Parameters of the whole model, each counted once (the dense model's count).
@@ -139,6 +143,9 @@ class ModelParallelEngine {
   Observability& observability() { return *observability_; }
 
  private:
+  // This rank's tokens of a [n, T] batch: its context-parallel chunks of every
+  // sequence (context_parallel.h); the batch itself without cp.
+  at::Tensor local_tokens(const at::Tensor& batch) const;
   void average_over_data_parallel();
   double clip_gradients();
   void optimizer_step();
