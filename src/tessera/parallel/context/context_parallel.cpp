@@ -5,6 +5,7 @@
 #include "tessera/core/check.h"
 #include "tessera/core/trace.h"
 #include "tessera/parallel/context/block_attention.h"
+#include "tessera/parallel/group_handle.h"
 
 namespace tessera::parallel {
 
@@ -30,12 +31,7 @@ void wait_ring(std::initializer_list<comm::WorkHandle*> works) {
   if (start != 0) trace::record("ring wait", "cp", start, trace::now_ns(), trace::lane("compute"));
 }
 
-// The group travels through the graph as an integer: AutogradContext stores
-// only IValues, and the cp group outlives the graph (it belongs to the mesh).
-int64_t as_handle(comm::ProcessGroup& g) { return reinterpret_cast<int64_t>(&g); }
-comm::ProcessGroup& group_of(int64_t handle) {
-  return *reinterpret_cast<comm::ProcessGroup*>(handle);
-}
+comm::ProcessGroup& group_of(int64_t handle) { return group_from_handle(handle); }
 
 double scale_of(const torch::Tensor& q) { return 1.0 / std::sqrt(static_cast<double>(q.size(-1))); }
 
@@ -290,7 +286,7 @@ torch::Tensor context_parallel_attention(const torch::Tensor& q, const torch::Te
   const int n = cp.size();
   TS_CHECK(q.size(2) % 2 == 0, "context parallel: a rank's ", q.size(2),
            " tokens are not two equal chunks (the sequence must divide by 2 * cp = ", 2 * n, ")");
-  const int64_t handle = as_handle(*cp.group);
+  const int64_t handle = group_handle(*cp.group);
   switch (cp.comm_type) {
     case CpCommType::kP2P: return RingAttention::apply(q, k, v, causal, handle);
     case CpCommType::kAllToAll:

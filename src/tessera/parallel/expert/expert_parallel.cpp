@@ -3,6 +3,7 @@
 #include <numeric>
 
 #include "tessera/core/check.h"
+#include "tessera/parallel/group_handle.h"
 #include "tessera/parallel/tensor/tp_ops.h"
 
 namespace tessera::parallel {
@@ -30,18 +31,18 @@ torch::Tensor exchange_rows(const torch::Tensor& rows, const std::vector<int64_t
   return out;
 }
 
-// The splits travel through the graph as IValues; the group as an integer (it
-// outlives the graph: it belongs to the mesh).
+// The splits travel through the graph as IValues, the group as a handle
+// (group_handle.h).
 struct AllToAllV : Function<AllToAllV> {
   static torch::Tensor forward(AutogradContext* ctx, torch::Tensor rows, std::vector<int64_t> send,
                                std::vector<int64_t> recv, int64_t group) {
     ctx->saved_data["send"] = send;
     ctx->saved_data["recv"] = recv;
     ctx->saved_data["group"] = group;
-    return exchange_rows(rows, send, recv, *reinterpret_cast<comm::ProcessGroup*>(group));
+    return exchange_rows(rows, send, recv, group_from_handle(group));
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    auto& g = *reinterpret_cast<comm::ProcessGroup*>(ctx->saved_data["group"].toInt());
+    auto& g = group_from_handle(ctx->saved_data["group"].toInt());
     return {exchange_rows(grads[0], ctx->saved_data["recv"].toIntVector(),
                           ctx->saved_data["send"].toIntVector(), g),
             torch::Tensor(), torch::Tensor(), torch::Tensor()};
@@ -69,7 +70,7 @@ torch::Tensor all_to_all_v(const torch::Tensor& rows, const std::vector<int64_t>
            " send and ", recv_rows.size(), " receive splits for a group of ", n);
   TS_CHECK(std::accumulate(send_rows.begin(), send_rows.end(), int64_t{0}) == rows.size(0),
            "all_to_all_v: the send splits do not add up to the ", rows.size(0), " rows");
-  return AllToAllV::apply(rows, send_rows, recv_rows, reinterpret_cast<int64_t>(&group));
+  return AllToAllV::apply(rows, send_rows, recv_rows, group_handle(group));
 }
 
 torch::Tensor exchange_counts(const torch::Tensor& counts, comm::ProcessGroup& group) {

@@ -3,6 +3,7 @@
 #include <cstdint>
 
 #include "tessera/core/check.h"
+#include "tessera/parallel/group_handle.h"
 
 namespace tessera::parallel {
 
@@ -14,11 +15,9 @@ using torch::autograd::variable_list;
 
 constexpr int64_t kSequenceDim = 1;
 
-// The group travels through the graph as an integer: AutogradContext stores only
-// IValues, and the group outlives the graph (see the header).
-int64_t as_handle(comm::ProcessGroup& g) { return reinterpret_cast<int64_t>(&g); }
+int64_t as_handle(comm::ProcessGroup& g) { return group_handle(g); }
 comm::ProcessGroup& from_handle(AutogradContext* ctx) {
-  return *reinterpret_cast<comm::ProcessGroup*>(ctx->saved_data["group"].toInt());
+  return group_from_handle(ctx->saved_data["group"].toInt());
 }
 
 int64_t checked_dim(const torch::Tensor& x, int64_t dim) {
@@ -47,7 +46,7 @@ struct CopyToTp : Function<CopyToTp> {
 
 struct ReduceFromTp : Function<ReduceFromTp> {
   static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x, int64_t group) {
-    return all_reduced(x, *reinterpret_cast<comm::ProcessGroup*>(group));
+    return all_reduced(x, group_from_handle(group));
   }
   static variable_list backward(AutogradContext*, variable_list g) { return {g[0], torch::Tensor()}; }
 };
@@ -69,7 +68,7 @@ struct Along : Function<Along<F, B>> {
   static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x, int64_t dim, int64_t group) {
     ctx->saved_data["group"] = group;
     ctx->saved_data["dim"] = dim;
-    return apply(F, x, dim, *reinterpret_cast<comm::ProcessGroup*>(group));
+    return apply(F, x, dim, group_from_handle(group));
   }
   static variable_list backward(AutogradContext* ctx, variable_list g) {
     return {apply(B, g[0], ctx->saved_data["dim"].toInt(), from_handle(ctx)), torch::Tensor(),
