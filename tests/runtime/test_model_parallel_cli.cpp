@@ -72,8 +72,7 @@ class ModelParallelCli : public ::testing::Test {
   // which must hold the same model tensors.
   double max_param_diff(const std::string& a, const std::string& b) {
     int na = 0, nb = 0;
-    max_model_diff((dir_ / b).string(), (dir_ / b).string(), &nb);
-    const double d = max_model_diff((dir_ / a).string(), (dir_ / b).string(), &na);
+    const double d = max_model_diff((dir_ / a).string(), (dir_ / b).string(), &na, "", &nb);
     EXPECT_EQ(na, nb) << a << " and " << b << " hold different model tensors";
     return d;
   }

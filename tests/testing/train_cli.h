@@ -29,15 +29,20 @@ inline CommandResult run_train(const std::string& config, const std::string& out
 
 // Largest |a - b| over the "model." tensors of two checkpoint step directories;
 // `count` (optional) receives how many model tensors `a` holds whose name
-// contains `count_names` (every one when empty). A tensor `a` has and `b` lacks
-// is an error (the reader throws).
+// contains `count_names` (every one when empty), and `b_count` (optional) how
+// many model tensors `b` holds. A tensor `a` has and `b` lacks is an error (the
+// reader throws).
 inline double max_model_diff(const std::string& a, const std::string& b, int* count = nullptr,
-                             const std::string& count_names = "") {
+                             const std::string& count_names = "", int* b_count = nullptr) {
   auto ra = checkpoint::CheckpointReader::open(a, checkpoint::CheckpointReader::Verify::kFull);
   auto rb = checkpoint::CheckpointReader::open(b, checkpoint::CheckpointReader::Verify::kFull);
   checkpoint::CheckpointTensors ta(ra), tb(rb);
   double worst = 0;
   if (count != nullptr) *count = 0;
+  if (b_count != nullptr) {
+    *b_count = 0;
+    for (const auto& info : tb.tensors()) *b_count += info.name.rfind("model.", 0) == 0 ? 1 : 0;
+  }
   for (const auto& info : ta.tensors()) {
     if (info.name.rfind("model.", 0) != 0) continue;
     if (count != nullptr && info.name.find(count_names) != std::string::npos) ++*count;

@@ -33,6 +33,26 @@ void wait_ring(std::initializer_list<comm::WorkHandle*> works) {
 
 comm::ProcessGroup& group_of(int64_t handle) { return group_from_handle(handle); }
 
+// One hop around the ring: `t` leaves for the next rank while the previous
+// rank's tensor of the same shape arrives; finish() waits for both and returns
+// what arrived. A default RingHop moves nothing.
+class RingHop {
+ public:
+  RingHop() = default;
+  RingHop(comm::ProcessGroup& g, const torch::Tensor& t, int tag)
+      : incoming_(torch::empty_like(t)),
+        sent_(g.send(t, (g.rank() + 1) % g.size(), tag)),
+        received_(g.recv(incoming_, (g.rank() + g.size() - 1) % g.size(), tag)) {}
+  torch::Tensor finish() {
+    wait_ring({&sent_, &received_});
+    return incoming_;
+  }
+
+ private:
+  torch::Tensor incoming_;
+  comm::WorkHandle sent_, received_;
+};
+
 double scale_of(const torch::Tensor& q) { return 1.0 / std::sqrt(static_cast<double>(q.size(-1))); }
 
 // Every rank's positions, concatenated in rank order: the order an all-gather
@@ -50,28 +70,20 @@ struct RingAttention : Function<RingAttention> {
                                torch::Tensor v, bool causal, int64_t handle) {
     trace::Scope span("ring attention", "cp");
     auto& g = group_of(handle);
-    const int n = g.size(), r = g.rank(), next = (r + 1) % n, prev = (r + n - 1) % n;
+    const int n = g.size(), r = g.rank();
     const int64_t T = q.size(2) * n;
     const auto q_pos = context_parallel_positions(T, r, n);
     auto kv = torch::stack({k, v}).contiguous();
     BlockAttentionResult acc;
     for (int step = 0; step < n; ++step) {
       // The next block travels while this one computes.
-      torch::Tensor incoming;
-      comm::WorkHandle sent, received;
-      if (step + 1 < n) {
-        incoming = torch::empty_like(kv);
-        sent = g.send(kv, next, kTagForwardKv);
-        received = g.recv(incoming, prev, kTagForwardKv);
-      }
+      RingHop hop;
+      if (step + 1 < n) hop = RingHop(g, kv, kTagForwardKv);
       const int src = (r - step + n) % n;
       merge_attention_blocks(acc, block_attention_forward(q, kv[0], kv[1], q_pos,
                                                           context_parallel_positions(T, src, n),
                                                           causal, scale_of(q), {2, 2}));
-      if (step + 1 < n) {
-        wait_ring({&sent, &received});
-        kv = incoming;
-      }
+      if (step + 1 < n) kv = hop.finish();
     }
     ctx->save_for_backward({q, k, v, acc.out, acc.lse});
     ctx->saved_data["causal"] = causal;
@@ -85,7 +97,7 @@ struct RingAttention : Function<RingAttention> {
     const auto &q = saved[0], &k = saved[1], &v = saved[2], &out = saved[3], &lse = saved[4];
     const bool causal = ctx->saved_data["causal"].toBool();
     auto& g = group_of(ctx->saved_data["group"].toInt());
-    const int n = g.size(), r = g.rank(), next = (r + 1) % n, prev = (r + n - 1) % n;
+    const int n = g.size(), r = g.rank();
     const int64_t T = q.size(2) * n;
     const auto q_pos = context_parallel_positions(T, r, n);
     auto dout = grads[0].to(torch::kFloat);
@@ -95,16 +107,11 @@ struct RingAttention : Function<RingAttention> {
     // The gradient of block src travels with it one step behind: rank r adds
     // its part to what rank r - 1 sent, while the next block computes; after a
     // full turn each rank holds the gradient of its own block.
-    torch::Tensor dkv, dkv_in;
-    comm::WorkHandle dsent, dreceived;
+    torch::Tensor dkv;
+    RingHop grad_hop;
     for (int step = 0; step < n; ++step) {
-      torch::Tensor incoming;
-      comm::WorkHandle sent, received;
-      if (step + 1 < n) {
-        incoming = torch::empty_like(kv);
-        sent = g.send(kv, next, kTagBackwardKv);
-        received = g.recv(incoming, prev, kTagBackwardKv);
-      }
+      RingHop hop;
+      if (step + 1 < n) hop = RingHop(g, kv, kTagBackwardKv);
       const int src = (r - step + n) % n;
       auto b = block_attention_backward(q, kv[0], kv[1], q_pos, context_parallel_positions(T, src, n),
                                         causal, scale_of(q), dout, lse, delta, {2, 2});
@@ -112,21 +119,14 @@ struct RingAttention : Function<RingAttention> {
       if (step == 0) {
         dkv = torch::stack({b.dk, b.dv});
       } else {
-        wait_ring({&dsent, &dreceived});
-        dkv = dkv_in;
+        dkv = grad_hop.finish();
         dkv[0].add_(b.dk);
         dkv[1].add_(b.dv);
       }
-      dkv_in = torch::empty_like(dkv);
-      dsent = g.send(dkv, next, kTagKvGrad);
-      dreceived = g.recv(dkv_in, prev, kTagKvGrad);
-      if (step + 1 < n) {
-        wait_ring({&sent, &received});
-        kv = incoming;
-      }
+      grad_hop = RingHop(g, dkv, kTagKvGrad);
+      if (step + 1 < n) kv = hop.finish();
     }
-    wait_ring({&dsent, &dreceived});
-    dkv = dkv_in;
+    dkv = grad_hop.finish();
     return {dq.to(q.scalar_type()), dkv[0].to(k.scalar_type()), dkv[1].to(v.scalar_type()),
             torch::Tensor(), torch::Tensor()};
   }
