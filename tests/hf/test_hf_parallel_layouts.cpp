@@ -119,7 +119,7 @@ TEST_F(HfParallelLayouts, Gpt2InEveryLayoutReproducesTransformersLogits) {
   models::GPTConfig config = read_gpt2_config(dir).model;
   config.dropout = 0.0;  // the forward is transformers' eval-mode forward
   const BuildPart build = [&](const parallel::ProcessMesh& mesh, const parallel::DecoderPart& part) {
-    parallel::TensorParallelGPT model(config, parallel::TensorParallelOptions{mesh.tp()}, part);
+    parallel::TensorParallelGPT model(config, parallel::TensorParallelOptions{mesh.tp(), false, nullptr}, part);
     load_gpt2_parameters(config, named(*model), dir, [&](const std::string& name, const at::Tensor& whole) {
       return parallel::dense_slice(whole, parallel::dense_slice_of(name), mesh.coord().tp,
                                    mesh.topology().tp());
@@ -139,7 +139,7 @@ TEST_F(HfParallelLayouts, LlamaInEveryLayoutReproducesTransformersLogits) {
     const std::string dir = path(name);
     const models::LlamaConfig config = read_llama_config(dir);
     const BuildPart build = [&](const parallel::ProcessMesh& mesh, const parallel::DecoderPart& part) {
-      parallel::TensorParallelLlama model(config, parallel::TensorParallelOptions{mesh.tp()}, part);
+      parallel::TensorParallelLlama model(config, parallel::TensorParallelOptions{mesh.tp(), false, nullptr}, part);
       load_llama_parameters(config, named(*model), dir, [&](const std::string& n, const at::Tensor& whole) {
         return parallel::dense_slice(whole, parallel::llama_dense_slice_of(n), mesh.coord().tp,
                                      mesh.topology().tp());
@@ -164,7 +164,7 @@ TEST_F(HfParallelLayouts, WrongSlicesAreCaught) {
   double diff = 0;
   testing::run_ranks(2, [&](int rank, int size, std::shared_ptr<comm::Store> store) {
     auto group = testing::make_group(rank, size, store, "gloo");
-    parallel::TensorParallelLlama model(config, parallel::TensorParallelOptions{group});
+    parallel::TensorParallelLlama model(config, parallel::TensorParallelOptions{group, false, nullptr});
     std::vector<std::pair<std::string, at::Tensor>> params;
     for (const auto& p : model->named_parameters()) params.emplace_back(p.key(), p.value());
     load_llama_parameters(config, params, path("gqa"), [&](const std::string& name, const at::Tensor& whole) {

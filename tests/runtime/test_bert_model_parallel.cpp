@@ -56,7 +56,7 @@ TEST(BertTensorParallel, LogitsWithPaddingEqualTheDenseModel) {
   const auto want = dense->forward(ids, mask).detach();
   testing::run_ranks(2, [&](int rank, int size, std::shared_ptr<comm::Store> store) {
     auto group = testing::make_group(rank, size, store, "gloo");
-    parallel::TensorParallelBert model(c, parallel::TensorParallelOptions{group});
+    parallel::TensorParallelBert model(c, parallel::TensorParallelOptions{group, false, nullptr});
     const auto got = model->forward(ids, mask).detach();
     const int64_t per = c.vocab_size / size;
     const double diff = (got - want.slice(2, rank * per, (rank + 1) * per)).abs().max().item<double>();
