@@ -13,6 +13,7 @@
 
 #include "tessera/models/moe.h"
 #include "tessera/parallel/expert/expert_parallel.h"
+#include "tessera/parallel/process_mesh.h"
 #include "testing/thread_ranks.h"
 
 namespace tessera::parallel {
@@ -46,6 +47,16 @@ TEST(AllToAllV, UnevenSplitsForwardAndBackward) {
     auto counts = exchange_counts(torch::tensor({rank * 10 + 0, rank * 10 + 1, rank * 10 + 2},
                                                 torch::kLong), *g);
     for (int j = 0; j < size; ++j) EXPECT_EQ(counts[j].item<int64_t>(), j * 10 + rank);
+  });
+}
+
+TEST(ExpertParallel, MeshBuildsEpAndExpertDataParallelGroups) {
+  run_ranks(4, [](int rank, int size, std::shared_ptr<comm::Store> store) {
+    auto world = make_group(rank, size, store, "gloo");
+    auto mesh = ProcessMesh::build(world, /*tp=*/1, /*pp=*/1, /*cp=*/1, /*ep=*/2);
+    const int block = rank / 2 * 2;
+    EXPECT_EQ(mesh.ep()->global_ranks(), (std::vector<int>{block, block + 1}));
+    EXPECT_EQ(mesh.expert_dp()->global_ranks(), (std::vector<int>{rank % 2, rank % 2 + 2}));
   });
 }
 

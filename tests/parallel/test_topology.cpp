@@ -47,6 +47,18 @@ TEST(Topology, ContextParallelSitsBetweenTensorAndData) {
   EXPECT_THROW(Topology(8, 2, 1, 3), ConfigError);
 }
 
+TEST(Topology, ExpertGroupsSplitTheDataParallelRanks) {
+  Topology t(16, 2, 1);  // dp 8
+  // Rank 5: tp 1, dp 2. ep 4: dp ranks 0-3 share experts between them.
+  EXPECT_EQ(t.ep_group_of(5, 4), (std::vector<int>{1, 3, 5, 7}));
+  EXPECT_EQ(t.expert_dp_group_of(5, 4), (std::vector<int>{5, 13}));
+  EXPECT_EQ(t.ep_groups(4).size(), 4u);
+  EXPECT_EQ(t.expert_dp_groups(4).size(), 8u);
+  EXPECT_EQ(t.ep_group_of(5, 1), (std::vector<int>{5}));
+  EXPECT_EQ(t.expert_dp_group_of(5, 1), t.dp_group_of(5));
+  EXPECT_THROW(t.ep_group_of(5, 3), ConfigError);
+}
+
 TEST(Topology, EveryAxisPartitionsTheWorld) {
   for (int world : {1, 2, 4, 6, 8, 12, 16}) {
     for (int tp = 1; tp <= world; ++tp) {

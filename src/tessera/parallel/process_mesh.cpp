@@ -21,7 +21,7 @@ std::shared_ptr<comm::ProcessGroup> mine(comm::ProcessGroup& world,
 }  // namespace
 
 ProcessMesh ProcessMesh::build(std::shared_ptr<comm::ProcessGroup> world, int tp, int pp,
-                               int cp) {
+                               int cp, int ep) {
   TS_CHECK(world != nullptr, "ProcessMesh::build: no world group; call tessera::init() first");
   Topology t(world->size(), tp, pp, cp);
   ProcessMesh m(t, t.coord(world->rank()));
@@ -35,6 +35,13 @@ ProcessMesh ProcessMesh::build(std::shared_ptr<comm::ProcessGroup> world, int tp
     m.replicas_ = mine(*world, t.replica_groups());
   } else {
     m.replicas_ = m.dp_;
+  }
+  if (ep > 1) {
+    m.ep_ = mine(*world, t.ep_groups(ep));
+    m.expert_dp_ = mine(*world, t.expert_dp_groups(ep));
+  } else {
+    t.ep_group_of(world->rank(), ep);  // ConfigError for a bad ep, on every rank
+    m.expert_dp_ = m.dp_;
   }
   TS_INTERNAL_ASSERT(m.tp_ && m.dp_ && m.pp_, "ProcessMesh: a rank is missing from an axis");
   return m;

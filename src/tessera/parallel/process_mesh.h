@@ -26,7 +26,7 @@ namespace tessera::parallel {
 class ProcessMesh {
  public:
   static ProcessMesh build(std::shared_ptr<comm::ProcessGroup> world, int tp, int pp,
-                           int cp = 1);
+                           int cp = 1, int ep = 1);
 
   const Topology& topology() const { return topology_; }
   MeshCoord coord() const { return coord_; }
@@ -38,6 +38,10 @@ class ProcessMesh {
   // The ranks holding the same parameters as this one: gradients are averaged
   // and ZeRO shards over it.
   const std::shared_ptr<comm::ProcessGroup>& replicas() const { return replicas_; }
+  // Expert parallelism (topology.h): the ranks splitting the experts with this
+  // one, and those holding the same experts (nullptr / the dp group at ep 1).
+  const std::shared_ptr<comm::ProcessGroup>& ep() const { return ep_; }
+  const std::shared_ptr<comm::ProcessGroup>& expert_dp() const { return expert_dp_; }
   // First and last pipeline stage of this rank's pipeline; nullptr on middle stages.
   const std::shared_ptr<comm::ProcessGroup>& embedding() const { return embedding_; }
   bool first_stage() const { return coord_.pp == 0; }
@@ -47,7 +51,8 @@ class ProcessMesh {
   ProcessMesh(Topology t, MeshCoord c) : topology_(t), coord_(c) {}
   Topology topology_;
   MeshCoord coord_;
-  std::shared_ptr<comm::ProcessGroup> world_, tp_, dp_, pp_, cp_, replicas_, embedding_;
+  std::shared_ptr<comm::ProcessGroup> world_, tp_, dp_, pp_, cp_, replicas_, ep_, expert_dp_,
+      embedding_;
 };
 
 }  // namespace tessera::parallel

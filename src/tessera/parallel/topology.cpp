@@ -77,6 +77,32 @@ std::vector<int> Topology::replica_group_of(int rank) const {
 }
 
 namespace {
+void check_ep(int dp, int ep) {
+  TS_CHECK_T(ConfigError, ep >= 1 && dp % ep == 0, "expert_model_parallel_size ", ep,
+             " does not divide the data parallel size ", dp,
+             "; the experts are split over data-parallel ranks");
+}
+}  // namespace
+
+std::vector<int> Topology::ep_group_of(int rank, int ep) const {
+  check_ep(dp_, ep);
+  MeshCoord c = coord(rank);
+  const int first = c.dp / ep * ep;
+  std::vector<int> g;
+  for (c.dp = first; c.dp < first + ep; ++c.dp) g.push_back(rank_of(c));
+  return g;
+}
+
+std::vector<int> Topology::expert_dp_group_of(int rank, int ep) const {
+  check_ep(dp_, ep);
+  MeshCoord c = coord(rank);
+  const int offset = c.dp % ep;
+  std::vector<int> g;
+  for (c.dp = offset; c.dp < dp_; c.dp += ep) g.push_back(rank_of(c));
+  return g;
+}
+
+namespace {
 // Each axis's groups, in the order of their smallest rank.
 template <typename Of>
 std::vector<std::vector<int>> groups_by(int world, Of of) {
@@ -107,6 +133,13 @@ std::vector<std::vector<int>> Topology::cp_groups() const {
 }
 std::vector<std::vector<int>> Topology::replica_groups() const {
   return groups_by(world_, [this](int r) { return replica_group_of(r); });
+}
+
+std::vector<std::vector<int>> Topology::ep_groups(int ep) const {
+  return groups_by(world_, [this, ep](int r) { return ep_group_of(r, ep); });
+}
+std::vector<std::vector<int>> Topology::expert_dp_groups(int ep) const {
+  return groups_by(world_, [this, ep](int r) { return expert_dp_group_of(r, ep); });
 }
 
 std::vector<std::vector<int>> Topology::embedding_groups() const {

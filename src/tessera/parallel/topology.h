@@ -68,6 +68,14 @@ class Topology {
   std::vector<int> pp_group_of(int rank) const;
   std::vector<int> cp_group_of(int rank) const;
   std::vector<int> replica_group_of(int rank) const;
+  // Expert parallelism (ep dividing dp): the ep group of `rank` is the block of
+  // ep consecutive dp ranks holding it (same tp, cp, pp), which split the
+  // experts between them; its expert-data-parallel group is the dp ranks with
+  // the same position in their block, which hold the same experts.
+  std::vector<int> ep_group_of(int rank, int ep) const;
+  std::vector<int> expert_dp_group_of(int rank, int ep) const;
+  std::vector<std::vector<int>> ep_groups(int ep) const;
+  std::vector<std::vector<int>> expert_dp_groups(int ep) const;
 
   // "tp2 x dp2 x pp2 (8 ranks)", "tp2 x cp2 x dp1 x pp2 (8 ranks)".
   std::string describe() const;
