@@ -31,3 +31,7 @@ echo
 bash "$HERE/hf_import.sh" "$BUILD_DIR"
 echo
 bash "$HERE/context_parallel.sh" "$BUILD_DIR"
+echo
+bash "$HERE/all_to_all_v.sh" "$BUILD_DIR"
+echo
+bash "$HERE/moe_step.sh" "$BUILD_DIR"

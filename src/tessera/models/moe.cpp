@@ -151,7 +151,11 @@ torch::Tensor ExpertsImpl::forward(const torch::Tensor& x, const torch::Tensor& 
   if (fc_bias.defined()) hidden = hidden + fc_bias.to(x.scalar_type()).unsqueeze(1);
   hidden = torch::gelu(hidden, gelu_approximate_);
   auto out = torch::bmm(hidden, proj_weight.to(x.scalar_type()));
-  if (proj_bias.defined()) out = out + proj_bias.to(x.scalar_type()).unsqueeze(1);
+  if (proj_bias.defined()) {
+    auto b = proj_bias;
+    if (split_.enabled()) b = split_.rank == 0 ? split_.enter(b) : split_.enter(b) * 0.0;
+    out = out + b.to(x.scalar_type()).unsqueeze(1);
+  }
   return out.reshape({local_experts_ * most, h}).index_select(0, slot);
 }
 
@@ -165,8 +169,8 @@ torch::Tensor LocalDispatcher::dispatch(const torch::Tensor& tokens, const Routi
 
 MoELayerImpl::MoELayerImpl(const MoEConfig& config, int64_t hidden, bool bias,
                            std::string gelu_approximate, int64_t local_experts,
-                           int64_t first_expert)
-    : config_(config), gelu_approximate_(std::move(gelu_approximate)) {
+                           int64_t first_expert, MoETensorSplit split)
+    : config_(config), gelu_approximate_(std::move(gelu_approximate)), split_(std::move(split)) {
   config_.validate();
   TS_CHECK_T(ConfigError, config_.enabled(), "MoELayer needs model.num_experts > 0");
   if (local_experts == 0) local_experts = config_.num_experts;
@@ -175,11 +179,19 @@ MoELayerImpl::MoELayerImpl(const MoEConfig& config, int64_t hidden, bool bias,
            ") are outside the layer's ", config_.num_experts);
   router = register_module(
       "router", torch::nn::Linear(torch::nn::LinearOptions(hidden, config_.num_experts).bias(false)));
+  const int64_t parts = split_.size;
+  TS_CHECK_T(ConfigError, config_.expert_width(hidden) % parts == 0, "the experts' width ",
+             config_.expert_width(hidden), " (model.moe_ffn_hidden_size, or 4 x the hidden size) ",
+             "does not divide by tensor_model_parallel_size ", parts);
+  TS_CHECK_T(ConfigError, config_.shared_expert_intermediate_size % parts == 0,
+             "model.moe_shared_expert_intermediate_size ", config_.shared_expert_intermediate_size,
+             " does not divide by tensor_model_parallel_size ", parts);
   experts = register_module("experts", Experts(local_experts, first_expert, hidden,
-                                               config_.expert_width(hidden), bias,
+                                               config_.expert_width(hidden) / parts, bias,
                                                gelu_approximate_));
+  if (split_.enabled()) experts->set_tensor_split(split_);
   if (config_.shared_expert_intermediate_size > 0) {
-    const int64_t w = config_.shared_expert_intermediate_size;
+    const int64_t w = config_.shared_expert_intermediate_size / parts;
     shared_fc = register_module("shared_fc",
                                 torch::nn::Linear(torch::nn::LinearOptions(hidden, w).bias(bias)));
     shared_proj = register_module(
@@ -199,7 +211,12 @@ torch::Tensor MoELayerImpl::forward(const torch::Tensor& x) {
   static LocalDispatcher local;
   TokenDispatcher& d = dispatcher_ ? *dispatcher_ : local;
   const int64_t start = trace::enabled() ? trace::now_ns() : 0;
-  auto y = d.dispatch(flat, last_, *experts);
+  // Under a tensor split the experts see the tokens through `enter` and
+  // combine with weights that entered the same way (see MoETensorSplit).
+  auto tokens = split_.enabled() ? split_.enter(flat) : flat;
+  Routing combine = last_;
+  if (split_.enabled()) combine.weight = split_.enter(last_.weight);
+  auto y = d.dispatch(tokens, combine, *experts);
   if (start != 0) {
     // The timeline's view of the routing: this rank's kept tokens per expert.
     std::string counts;
@@ -212,9 +229,40 @@ torch::Tensor MoELayerImpl::forward(const torch::Tensor& x) {
                       std::to_string(last_.dropped));
   }
   if (shared_fc) {
-    y = y + shared_proj(torch::gelu(shared_fc(flat), gelu_approximate_));
+    // The second layer's bias is whole: added once, after the partial sums meet.
+    y = y + torch::nn::functional::linear(torch::gelu(shared_fc(tokens), gelu_approximate_),
+                                          shared_proj->weight);
   }
+  if (split_.enabled()) y = split_.leave(y);
+  if (shared_proj && shared_proj->bias.defined()) y = y + shared_proj->bias;
   return y.view(shape);
+}
+
+namespace {
+
+struct AttachAuxiliaryLoss : public torch::autograd::Function<AttachAuxiliaryLoss> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                               const torch::Tensor& aux, double scale) {
+    ctx->saved_data["scale"] = scale;
+    ctx->saved_data["aux_dtype"] = aux.scalar_type();
+    ctx->saved_data["aux_device"] = aux.device();
+    return x;  // autograd makes an unmodified input output its own alias
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad) {
+    const double scale = ctx->saved_data["scale"].toDouble();
+    const auto options = torch::TensorOptions()
+                             .dtype(ctx->saved_data["aux_dtype"].toScalarType())
+                             .device(ctx->saved_data["aux_device"].toDevice());
+    return {grad[0], torch::full({}, scale, options), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+torch::Tensor attach_auxiliary_loss(const torch::Tensor& x, const torch::Tensor& aux, double scale) {
+  if (!aux.requires_grad()) return x;
+  return AttachAuxiliaryLoss::apply(x, aux, scale);
 }
 
 torch::Tensor MoELayerImpl::auxiliary_loss() const {

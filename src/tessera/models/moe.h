@@ -27,6 +27,7 @@
 
 #include <torch/torch.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -67,6 +68,21 @@ Routing route_tokens(const torch::Tensor& logits, const MoEConfig& config);
 // The per-expert capacity for N tokens (0 when dropless).
 int64_t expert_capacity(int64_t tokens, const MoEConfig& config);
 
+// How an MoE layer is split over a tensor-parallel group (Megatron's expert
+// tensor parallelism; parallel/tensor/ fills it in): every expert's hidden
+// width F, and the shared expert's, is cut into `size` equal parts, rank
+// `rank` holding one (the first layer's columns, the second's rows). The
+// tokens enter the experts through `enter` (identity forward, all-reduce of
+// the gradient backward) and the partial outputs leave through `leave` (an
+// all-reduce). The router is whole on every rank; the combination weights
+// enter through `enter` too, since their gradient from each rank's partial
+// outputs is partial. Default: no split.
+struct MoETensorSplit {
+  int64_t rank = 0, size = 1;
+  std::function<torch::Tensor(const torch::Tensor&)> enter, leave;
+  bool enabled() const { return size > 1; }
+};
+
 // E_local experts, each GELU(x W1 + b1) W2 + b2, weights stacked:
 // fc_weight [E_local, H, F], proj_weight [E_local, F, H] (biases [E_local, F]
 // and [E_local, H] when `bias`).
@@ -80,10 +96,15 @@ class ExpertsImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& counts);
   int64_t local_experts() const { return local_experts_; }
   int64_t first_expert() const { return first_expert_; }
+  // Under a tensor split each rank's output is a partial sum: the whole
+  // proj_bias is added by one rank only (its gradient still reaches every
+  // rank through the split's `enter`).
+  void set_tensor_split(MoETensorSplit split) { split_ = std::move(split); }
 
   torch::Tensor fc_weight, fc_bias, proj_weight, proj_bias;
 
  private:
+  MoETensorSplit split_;
   int64_t local_experts_, first_expert_;
   std::string gelu_approximate_;
 };
@@ -121,9 +142,10 @@ ExpertGroups group_by_expert(const Routing& routing, int64_t first, int64_t coun
 class MoELayerImpl : public torch::nn::Module {
  public:
   // Holds experts [first_expert, first_expert + local_experts) of
-  // config.num_experts (all of them by default).
+  // config.num_experts (all of them by default), each (and the shared expert)
+  // cut as `split` says.
   MoELayerImpl(const MoEConfig& config, int64_t hidden, bool bias, std::string gelu_approximate,
-               int64_t local_experts = 0, int64_t first_expert = 0);
+               int64_t local_experts = 0, int64_t first_expert = 0, MoETensorSplit split = {});
   // x [..., H] -> [..., H]. The routing of the last call (its losses included)
   // stays in last_routing() until the next.
   torch::Tensor forward(const torch::Tensor& x);
@@ -142,9 +164,17 @@ class MoELayerImpl : public torch::nn::Module {
  private:
   MoEConfig config_;
   std::string gelu_approximate_;
+  MoETensorSplit split_;
   std::shared_ptr<TokenDispatcher> dispatcher_;
   Routing last_;
 };
 TORCH_MODULE(MoELayer);
+
+// x unchanged, with `aux` (a scalar loss) joined to its backward: when the
+// gradient of x flows back, `aux` receives the gradient `scale` as if
+// scale * aux had been added to the loss. A model cut into pipeline stages (or
+// whose loss is computed elsewhere) trains its routers' auxiliary losses so
+// (Megatron's MoEAuxLossAutoScaler).
+torch::Tensor attach_auxiliary_loss(const torch::Tensor& x, const torch::Tensor& aux, double scale);
 
 }  // namespace tessera::models

@@ -10,6 +10,7 @@
 
 #include "tessera/core/check.h"
 #include "tessera/parallel/context/cp_comm_type.h"
+#include "tessera/parallel/expert/token_dispatcher_type.h"
 #include "tessera/parallel/topology.h"
 
 namespace tessera::runtime {
@@ -25,7 +26,8 @@ const std::vector<std::string> kTopKeys = {
     "virtual_pipeline_model_parallel_size", "sequence_parallel", "pipeline_schedule",
     "pipeline_partition_method", "activation_checkpointing", "communication_data_type", "aio", "local_sgd",
     "timeline", "comms_logger", "tensorboard", "csv_monitor", "flops_profiler", "checkpoint",
-    "tensor_parallel", "context_parallel_size", "cp_comm_type"};
+    "tensor_parallel", "context_parallel_size", "cp_comm_type", "expert_model_parallel_size",
+    "moe_token_dispatcher_type"};
 const std::vector<std::string> kOptimizerKeys = {"type", "params"};
 const std::vector<std::string> kOptimizerParams = {
     "lr", "betas", "eps", "weight_decay", "amsgrad", "momentum", "dampening", "nesterov",
@@ -536,6 +538,9 @@ void parse_model_parallel(const json& j, ModelParallelConfig& m) {
   m.context_parallel_size = size("context_parallel_size");
   m.cp_comm_type = read_string(j, "cp_comm_type", "", "p2p");
   parallel::parse_cp_comm_type(m.cp_comm_type);  // ConfigError naming the choices
+  m.expert_model_parallel_size = size("expert_model_parallel_size");
+  m.moe_token_dispatcher_type = read_string(j, "moe_token_dispatcher_type", "", "alltoall");
+  parallel::parse_token_dispatcher_type(m.moe_token_dispatcher_type);  // likewise
 }
 
 }  // namespace

@@ -166,9 +166,15 @@ struct ModelParallelConfig {
   // them by cp_comm_type: p2p (ring) | a2a (all-to-all over heads) | allgather.
   int context_parallel_size = 1;
   std::string cp_comm_type = "p2p";
-  // True when the job splits the model or its sequences (tp, pp or cp > 1).
+  // Expert parallelism (Megatron's names): each MoE layer's experts split over
+  // this many data-parallel ranks (parallel/expert/expert_parallel.h), tokens
+  // sent to them by moe_token_dispatcher_type: alltoall | allgather.
+  int expert_model_parallel_size = 1;
+  std::string moe_token_dispatcher_type = "alltoall";
+  // True when the job splits the model or its sequences (tp, pp, cp or ep > 1).
   bool enabled() const {
-    return tensor_model_parallel_size * pipeline_model_parallel_size * context_parallel_size > 1;
+    return tensor_model_parallel_size * pipeline_model_parallel_size * context_parallel_size *
+               expert_model_parallel_size > 1;
   }
   // world / (tp * cp * pp); ConfigError naming the numbers when it does not divide.
   int data_parallel_size(int world) const;

@@ -234,6 +234,17 @@ class ModelParallelBackend : public TrainBackend {
     return engine_.train_step(x, y);        // already the global mean
   }
   double mean_over_job(double local) override { return local; }
+  nlohmann::json take_tokens_per_expert() override {
+    const at::Tensor total = engine_.take_tokens_per_expert();
+    if (!total.defined()) return nullptr;
+    nlohmann::json rows = nlohmann::json::array();
+    for (int64_t l = 0; l < total.size(0); ++l) {
+      const auto row = total[l].contiguous();
+      rows.push_back(std::vector<int64_t>(row.data_ptr<int64_t>(),
+                                          row.data_ptr<int64_t>() + row.numel()));
+    }
+    return rows;
+  }
   bool any_rank(bool local) override { return any_of_group(*engine_.mesh().world(), local); }
   double evaluate(TrainData& data, int64_t iters) override {
     if (!data.has_val()) return -1;

@@ -56,13 +56,6 @@ std::vector<int64_t> to_vector(const torch::Tensor& t) {
 
 }  // namespace
 
-TokenDispatcherType parse_token_dispatcher_type(const std::string& name) {
-  if (name == "alltoall") return TokenDispatcherType::kAllToAll;
-  if (name == "allgather") return TokenDispatcherType::kAllGather;
-  TS_THROW(ConfigError, "moe_token_dispatcher_type must be alltoall or allgather, got '", name,
-           "'");
-}
-
 torch::Tensor all_to_all_v(const torch::Tensor& rows, const std::vector<int64_t>& send_rows,
                            const std::vector<int64_t>& recv_rows, comm::ProcessGroup& group) {
   const auto n = static_cast<size_t>(group.size());

@@ -26,12 +26,19 @@
 
 #include "tessera/comm/process_group.h"
 #include "tessera/models/moe.h"
+#include "tessera/parallel/expert/token_dispatcher_type.h"
 
 namespace tessera::parallel {
 
-enum class TokenDispatcherType { kAllToAll, kAllGather };
-// "alltoall" | "allgather"; ConfigError naming the choices otherwise.
-TokenDispatcherType parse_token_dispatcher_type(const std::string& name);
+
+// What a model's MoE layers need to split their experts over an ep group.
+struct ExpertParallelOptions {
+  std::shared_ptr<comm::ProcessGroup> group;  // nullptr: every expert on this rank
+  TokenDispatcherType dispatcher = TokenDispatcherType::kAllToAll;
+  bool enabled() const { return group != nullptr && group->size() > 1; }
+  int size() const { return enabled() ? group->size() : 1; }
+  int rank() const { return enabled() ? group->rank() : 0; }
+};
 
 // Rows [sum send_rows, ...] sent in order: send_rows[j] rows to rank j; returns
 // [sum recv_rows, ...], recv_rows[j] rows from rank j. Differentiable (the

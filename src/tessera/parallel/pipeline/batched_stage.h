@@ -40,6 +40,7 @@ class BatchedStage : public PipelineStage {
  protected:
   const torch::Tensor& micro_input(int micro) const { return inputs_.at(static_cast<size_t>(micro)); }
   const torch::Tensor& micro_target(int micro) const { return targets_.at(static_cast<size_t>(micro)); }
+  int micro_batches() const { return static_cast<int>(inputs_.size()); }
 
  private:
   std::vector<torch::Tensor> inputs_, targets_;

@@ -78,6 +78,7 @@ DecoderPipelineStage::DecoderPipelineStage(const ProcessMesh& mesh, const Decode
   tp_options_ = TensorParallelOptions{mesh.tp(), sequence_parallel_, dropout_rng_,
                                       options.partition_activations};
   tp_options_.context = ContextParallelOptions{mesh.cp(), options.cp_comm_type};
+  tp_options_.expert = ExpertParallelOptions{mesh.ep(), options.token_dispatcher};
 }
 
 DecoderPart DecoderPipelineStage::part() const {
@@ -102,6 +103,9 @@ bool DecoderPipelineStage::is_duplicate(const std::string& name) const {
 }
 
 torch::Tensor DecoderPipelineStage::forward(int chunk, int micro, const torch::Tensor& input) {
+  // Each micro-batch's loss enters the backward divided by their number; its
+  // auxiliary losses (MoE) likewise.
+  decoder_->set_auxiliary_loss_scale(1.0 / std::max(1, micro_batches()));
   torch::Tensor x = first_chunk(chunk) ? decoder_->embed(micro_input(micro)) : input;
   const auto [b, e] = my_layers_.at(static_cast<size_t>(chunk));
   x = decoder_->blocks(b, e, x);

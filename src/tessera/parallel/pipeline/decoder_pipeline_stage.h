@@ -64,6 +64,8 @@ struct DecoderStageOptions {
   bool initialize_weights = true;
   // With a cp group in the mesh: how attention crosses it (context_parallel.h).
   CpCommType cp_comm_type = CpCommType::kP2P;
+  // With an ep group in the mesh: how MoE layers send tokens to their experts.
+  TokenDispatcherType token_dispatcher = TokenDispatcherType::kAllToAll;
 };
 
 class DecoderPipelineStage : public BatchedStage {
@@ -84,6 +86,10 @@ class DecoderPipelineStage : public BatchedStage {
   bool is_duplicate(const std::string& name) const;
   // How this rank's copy of dense parameter `name` is cut (DenseSlice).
   DenseSlice slice_of(const std::string& name) const { return decoder_->slice_of(name); }
+  // MoE: the auxiliary losses' values and the tokens per expert since the
+  // last take (TpDecoder).
+  double take_auxiliary_loss() { return decoder_->take_auxiliary_loss(); }
+  torch::Tensor take_tokens_per_expert() { return decoder_->take_tokens_per_expert(); }
   // Training mode (dropout) or evaluation.
   void set_training(bool training) { decoder_->module().train(training); }
   DropoutRng& dropout_rng() { return *dropout_rng_; }
@@ -134,6 +140,8 @@ struct DecoderSpec {
   // The family's attention runs across a context-parallel group (causal
   // decoders: the GPT, the Llama).
   bool context_parallel = false;
+  // Experts per MoE layer (0: a dense model); expert parallelism splits them.
+  int64_t num_experts = 0;
   // This rank's stage of `mesh`.
   std::function<std::unique_ptr<DecoderPipelineStage>(const ProcessMesh&, const DecoderStageOptions&)>
       build_stage;

@@ -55,6 +55,7 @@ DecoderSpec gpt_decoder_spec(const models::GPTConfig& config) {
   DecoderSpec spec;
   spec.family = "GPT";
   spec.context_parallel = true;
+  spec.num_experts = config.moe.num_experts;
   spec.layers_key = "model.n_layer";
   spec.num_layers = config.n_layer;
   spec.dense_names = gpt_dense_names(config);

@@ -34,20 +34,31 @@ torch::Tensor starting_weight(at::IntArrayRef shape, const TensorParallelOptions
 }
 }  // namespace
 
-torch::Tensor dense_slice(const torch::Tensor& dense, DenseSlice slice, int rank, int size) {
+torch::Tensor dense_slice(const torch::Tensor& dense, DenseSlice slice, int rank, int size,
+                          int ep_rank, int ep_size) {
   const auto r = static_cast<size_t>(rank);
+  const torch::Tensor mine =
+      slice.experts ? dense.chunk(ep_size, 0)[static_cast<size_t>(ep_rank)] : dense;
+  const int64_t dim = slice.tp_dim();
   switch (slice.kind) {
     case DenseSlice::Kind::kWhole:
-      return dense;
+      return mine;
     case DenseSlice::Kind::kColumns:
-      return dense.chunk(size, 1)[r];
+      return mine.chunk(size, dim)[r];
     case DenseSlice::Kind::kRows:
       break;
   }
-  if (slice.blocks == 1) return dense.chunk(size, 0)[r];
+  if (slice.blocks == 1) return mine.chunk(size, dim)[r];
   std::vector<torch::Tensor> parts;
-  for (const auto& block : dense.chunk(slice.blocks, 0)) parts.push_back(block.chunk(size, 0)[r]);
-  return torch::cat(parts, 0);
+  for (const auto& block : mine.chunk(slice.blocks, dim)) parts.push_back(block.chunk(size, dim)[r]);
+  return torch::cat(parts, dim);
+}
+
+std::vector<int64_t> dense_shape(at::IntArrayRef local, DenseSlice slice, int size, int ep_size) {
+  auto shape = local.vec();
+  if (slice.experts) shape[0] *= ep_size;
+  if (slice.kind != DenseSlice::Kind::kWhole) shape[static_cast<size_t>(slice.tp_dim())] *= size;
+  return shape;
 }
 
 ColumnParallelLinearImpl::ColumnParallelLinearImpl(int64_t in, int64_t out, TensorParallelOptions tp,

@@ -30,6 +30,7 @@
 
 #include "tessera/comm/process_group.h"
 #include "tessera/parallel/context/context_parallel.h"
+#include "tessera/parallel/expert/expert_parallel.h"
 #include "tessera/parallel/tensor/dropout_rng.h"
 
 namespace tessera::parallel {
@@ -50,18 +51,36 @@ struct TensorParallelOptions {
   // this cp group and each rank holds its chunks of every sequence; the layers
   // themselves work on whatever tokens they get.
   ContextParallelOptions context = {};
+  // Expert parallelism (expert_parallel.h): the models' MoE layers hold
+  // 1/ep of the experts and send tokens over this ep group.
+  ExpertParallelOptions expert = {};
 };
 
 // Which part of a dense weight a tensor-parallel rank holds: all of it, its
 // equal share of the rows (the first dimension: a column-parallel weight, a
 // vocabulary-parallel table), or of the columns (the second: a row-parallel
 // weight).
+//
+// An expert tensor of a mixture-of-experts layer ([num_experts, ...], models/moe.h)
+// is first cut along its expert dimension over the expert-parallel group (rank
+// r of ep holds experts [r E/ep, (r+1) E/ep)); `kind` then applies to the
+// dimensions after it (kRows: dimension 1, kColumns: dimension 2).
 struct DenseSlice {
   enum class Kind { kWhole, kRows, kColumns } kind = Kind::kWhole;
   int64_t blocks = 1;  // kRows of [q; k; v]: each rank takes its part of each block
+  bool experts = false;  // dimension 0 counts experts (see above)
+  // The dimension `kind` cuts (none for kWhole).
+  int64_t tp_dim() const {
+    return (kind == Kind::kColumns ? 1 : 0) + (experts ? 1 : 0);
+  }
 };
-// Rank `rank` of `size`'s part of `dense` (a view where it can be one).
-torch::Tensor dense_slice(const torch::Tensor& dense, DenseSlice slice, int rank, int size);
+// Tensor-parallel rank `rank` of `size`'s part of `dense` (a view where it can
+// be one); for expert tensors, of expert-parallel rank `ep_rank` of `ep_size`'s
+// experts.
+torch::Tensor dense_slice(const torch::Tensor& dense, DenseSlice slice, int rank, int size,
+                          int ep_rank = 0, int ep_size = 1);
+// The dense tensor's shape from the shape of one rank's slice of it.
+std::vector<int64_t> dense_shape(at::IntArrayRef local, DenseSlice slice, int size, int ep_size = 1);
 
 class ColumnParallelLinearImpl : public torch::nn::Module {
  public:

@@ -60,6 +60,16 @@ class TpDecoder {
   virtual DenseSlice slice_of(const std::string& name) const = 0;
   // The module holding the parameters (train/eval, named_parameters).
   virtual torch::nn::Module& module() = 0;
+
+  // Mixture-of-experts decoders (the defaults are a dense model's):
+  // the weight of the routers' auxiliary losses in the backward (1 / the
+  // micro-batches of a step, as each micro-batch's loss is weighted);
+  virtual void set_auxiliary_loss_scale(double) {}
+  // the sum of their values over every forward since the last take;
+  virtual double take_auxiliary_loss() { return 0.0; }
+  // tokens kept per expert, [layers, experts] int64 (zero rows for layers
+  // this rank does not hold), since the last take; undefined for a dense model.
+  virtual torch::Tensor take_tokens_per_expert() { return {}; }
 };
 
 // Fills every parameter of `module` (named as the dense model's) with rank
@@ -68,9 +78,10 @@ class TpDecoder {
 // models::for_each_initial_parameter). Internal error naming `model` if a
 // slice does not fit its parameter or a parameter gets no tensor.
 using DenseTensorVisitor = std::function<void(const std::string& name, const torch::Tensor& dense)>;
+// Expert tensors take expert-parallel rank `ep_rank` of `ep_size`'s experts.
 void fill_from_dense(torch::nn::Module& module,
                      const std::function<void(const DenseTensorVisitor&)>& for_each_dense,
                      const std::function<DenseSlice(const std::string&)>& slice_of, int rank,
-                     int size, const char* model);
+                     int size, const char* model, int ep_rank = 0, int ep_size = 1);
 
 }  // namespace tessera::parallel

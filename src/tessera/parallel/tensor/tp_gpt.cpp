@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <limits>
+#include <utility>
 
 #include "tessera/core/check.h"
 #include "tessera/models/activation_checkpoint.h"
@@ -135,21 +136,54 @@ class TpMlpImpl : public torch::nn::Module {
 };
 TORCH_MODULE(TpMlp);
 
+// The MoE layer of a block: this rank's experts (1/ep of them, expert-parallel
+// dispatch over tp.expert), each expert's width split over the tp group.
+models::MoELayer tp_moe_layer(const models::GPTConfig& c, const TensorParallelOptions& tp) {
+  const int64_t ep = tp.expert.size(), local = c.moe.num_experts / ep;
+  TS_CHECK_T(ConfigError, c.moe.num_experts % ep == 0, "model.num_experts ", c.moe.num_experts,
+             " does not divide by expert_model_parallel_size ", ep,
+             ": every expert-parallel rank holds the same number of experts");
+  models::MoETensorSplit split;
+  if (tp.group->size() > 1) {
+    auto g = tp.group;
+    split.rank = g->rank();
+    split.size = g->size();
+    split.enter = [g](const torch::Tensor& t) { return copy_to_tp(t, *g); };
+    split.leave = [g](const torch::Tensor& t) { return reduce_from_tp(t, *g); };
+  }
+  models::MoELayer layer(c.moe, c.n_embd, c.bias, c.gelu_tanh ? "tanh" : "none", local,
+                         tp.expert.rank() * local, split);
+  if (tp.expert.enabled()) {
+    layer->set_dispatcher(make_token_dispatcher(tp.expert.dispatcher, tp.expert.group));
+  }
+  return layer;
+}
+
 class TpBlockImpl : public torch::nn::Module {
  public:
   TpBlockImpl(const models::GPTConfig& c, const TensorParallelOptions& tp) {
     ln_1 = register_module("ln_1", TpLayerNorm(c.n_embd, c.layer_norm_eps, tp));
     attn = register_module("attn", TpAttention(c, tp));
     ln_2 = register_module("ln_2", TpLayerNorm(c.n_embd, c.layer_norm_eps, tp));
-    mlp = register_module("mlp", TpMlp(c, tp));
+    if (c.moe.enabled()) {
+      moe = register_module("moe", tp_moe_layer(c, tp));
+    } else {
+      mlp = register_module("mlp", TpMlp(c, tp));
+    }
   }
   torch::Tensor forward(torch::Tensor x) {
     x = x + attn(ln_1(x));
-    return x + mlp(ln_2(x));
+    if (!moe) return x + mlp(ln_2(x));
+    // As the dense GPT: the MoE layer in float32, the residual in compute_dtype;
+    // its auxiliary losses join the backward here (the loss is elsewhere).
+    auto out = x + moe(ln_2(x).to(torch::kFloat)).to(x.scalar_type());
+    return models::attach_auxiliary_loss(out, moe->auxiliary_loss(), aux_scale);
   }
   TpLayerNorm ln_1{nullptr}, ln_2{nullptr};
   TpAttention attn{nullptr};
   TpMlp mlp{nullptr};
+  models::MoELayer moe{nullptr};
+  double aux_scale = 1.0;  // the weight of this block's auxiliary losses in the loss
 };
 TORCH_MODULE(TpBlock);
 
@@ -160,6 +194,18 @@ bool ends_with(const std::string& s, const std::string& tail) {
 }  // namespace
 
 DenseSlice dense_slice_of(const std::string& name) {
+  // MoE blocks (models/moe.h): experts cut over ep, each expert's width over tp.
+  if (name.find(".moe.") != std::string::npos) {
+    using K = DenseSlice::Kind;
+    if (ends_with(name, "experts.fc_weight")) return {K::kColumns, 1, true};  // [E, H, F]
+    if (ends_with(name, "experts.fc_bias") || ends_with(name, "experts.proj_weight")) {
+      return {K::kRows, 1, true};  // [E, F], [E, F, H]
+    }
+    if (ends_with(name, "experts.proj_bias")) return {K::kWhole, 1, true};
+    if (ends_with(name, "shared_fc.weight") || ends_with(name, "shared_fc.bias")) return {K::kRows, 1};
+    if (ends_with(name, "shared_proj.weight")) return {K::kColumns, 1};
+    return {};  // the router, the shared expert's output bias
+  }
   if (ends_with(name, "attn.c_attn.weight") || ends_with(name, "attn.c_attn.bias")) {
     return {DenseSlice::Kind::kRows, 3};
   }
@@ -172,9 +218,16 @@ DenseSlice dense_slice_of(const std::string& name) {
 
 void check_tensor_parallel_layout(const models::GPTConfig& c, int n, bool sequence_parallel) {
   c.validate();
-  TS_CHECK_T(ConfigError, !c.moe.enabled(), "model.num_experts ", c.moe.num_experts,
-             ": the MoE GPT trains with data parallelism (and ZeRO) so far, not with tensor, ",
-             "pipeline or context parallelism; set those sizes to 1");
+  if (c.moe.enabled()) {
+    TS_CHECK_T(ConfigError, !sequence_parallel, "model.num_experts ", c.moe.num_experts,
+               ": the MoE GPT does not run with sequence_parallel yet; set it to false");
+    TS_CHECK_T(ConfigError, c.moe.expert_width(c.n_embd) % n == 0, "the experts' width ",
+               c.moe.expert_width(c.n_embd), " (model.moe_ffn_hidden_size, or 4 x n_embd) does ",
+               "not divide by tensor_model_parallel_size ", n);
+    TS_CHECK_T(ConfigError, c.moe.shared_expert_intermediate_size % n == 0,
+               "model.moe_shared_expert_intermediate_size ", c.moe.shared_expert_intermediate_size,
+               " does not divide by tensor_model_parallel_size ", n);
+  }
   TS_CHECK_T(ConfigError, c.n_head % n == 0, "model.n_head ", c.n_head,
              " does not divide by tensor_model_parallel_size ", n,
              ": every tensor-parallel rank needs whole attention heads");
@@ -225,7 +278,8 @@ TensorParallelGPTImpl::TensorParallelGPTImpl(const models::GPTConfig& config,
   fill_from_dense(
       *this,
       [this](const DenseTensorVisitor& visit) { models::for_each_initial_parameter(config_, visit); },
-      dense_slice_of, tp_.group->rank(), tp_.group->size(), "TensorParallelGPT");
+      dense_slice_of, tp_.group->rank(), tp_.group->size(), "TensorParallelGPT",
+      tp_.expert.rank(), tp_.expert.size());
 }
 
 torch::Tensor TensorParallelGPTImpl::embed(const torch::Tensor& idx) {
@@ -268,7 +322,11 @@ torch::Tensor TensorParallelGPTImpl::blocks(int64_t begin, int64_t end, torch::T
     for (int64_t i = from; i < to; ++i) y = blocks_[static_cast<size_t>(i)].forward(y);
     return y;
   };
-  if (config_.activation_checkpoints == 0 || !is_training()) return run(begin, end, x);
+  if (config_.activation_checkpoints == 0 || !is_training()) {
+    x = run(begin, end, x);
+    record_routing(begin, end);
+    return x;
+  }
   // The dense GPT's segments, cut where this rank's range ends (a pipeline stage
   // may start or end inside one).
   const auto options = tensor_parallel_checkpoint(tp_, tp_.partition_activations);
@@ -284,7 +342,34 @@ torch::Tensor TensorParallelGPTImpl::blocks(int64_t begin, int64_t end, torch::T
     };
     x = models::checkpoint_activations(fn, {x}, params, options)[0];
   }
+  // After the forward, before any recompute: each block's routing once.
+  record_routing(begin, end);
   return x;
+}
+
+void TensorParallelGPTImpl::record_routing(int64_t begin, int64_t end) {
+  if (!config_.moe.enabled()) return;
+  if (!routed_.defined()) routed_ = torch::zeros({config_.n_layer, config_.moe.num_experts}, torch::kLong);
+  for (int64_t i = begin; i < end; ++i) {
+    const auto& layer = blocks_[static_cast<size_t>(i)].get<TpBlock>()->moe;
+    const auto& r = layer->last_routing();
+    if (r.tokens_per_expert.defined()) routed_[i] += r.tokens_per_expert;
+    auxiliary_loss_ += layer->auxiliary_loss().item<double>();
+  }
+}
+
+void TensorParallelGPTImpl::set_auxiliary_loss_scale(double scale) {
+  for (auto& b : blocks_) {
+    if (!b.is_empty()) b.get<TpBlock>()->aux_scale = scale;
+  }
+}
+
+double TensorParallelGPTImpl::take_auxiliary_loss() {
+  return std::exchange(auxiliary_loss_, 0.0);
+}
+
+torch::Tensor TensorParallelGPTImpl::take_tokens_per_expert() {
+  return std::exchange(routed_, torch::Tensor());
 }
 
 torch::Tensor TensorParallelGPTImpl::logits(const torch::Tensor& hidden) {
@@ -308,7 +393,11 @@ torch::Tensor TensorParallelGPTImpl::forward(const torch::Tensor& idx) {
 }
 
 torch::Tensor TensorParallelGPTImpl::loss(const torch::Tensor& idx, const torch::Tensor& targets) {
-  return head_loss(blocks(0, config_.n_layer, embed(idx)), targets);
+  const double before = auxiliary_loss_;
+  auto lm = head_loss(blocks(0, config_.n_layer, embed(idx)), targets);
+  // The dense GPT's value (its auxiliary losses included); their gradients
+  // already flow through the blocks (attach_auxiliary_loss).
+  return config_.moe.enabled() ? lm + (auxiliary_loss_ - before) : lm;
 }
 
 }  // namespace tessera::parallel

@@ -29,9 +29,18 @@
 // parallel, the residual stream from its split stream, the replicated residual
 // stream from its replicated one (dropout_rng.h).
 //
+// A mixture-of-experts GPT (config.moe) holds 1/ep of each MoE layer's experts
+// (TensorParallelOptions::expert, expert_parallel.h), each expert's width split
+// over tp like the MLP's (models::MoETensorSplit); the router is whole. The
+// routers' auxiliary losses enter the backward inside the blocks
+// (models::attach_auxiliary_loss, weighted by set_auxiliary_loss_scale), so a
+// pipeline stage trains them without seeing the loss; loss() adds their values.
+//
 // ConfigError (every rank, before any weight is built) when n_head, n_embd,
-// 4 n_embd or vocab_size do not divide by tp, when block_size does not under
-// sequence parallel, or when dropout > 0 without a dropout_rng.
+// 4 n_embd, vocab_size or the experts' widths do not divide by tp, when
+// block_size does not under sequence parallel, when num_experts does not
+// divide by ep, for MoE under sequence parallel, or when dropout > 0 without a
+// dropout_rng.
 #pragma once
 
 #include <torch/torch.h>
@@ -78,6 +87,9 @@ class TensorParallelGPTImpl : public torch::nn::Module, public TpDecoder {
   std::string tied_embedding_name() const override { return "wte.weight"; }
   DenseSlice slice_of(const std::string& name) const override { return dense_slice_of(name); }
   torch::nn::Module& module() override { return *this; }
+  void set_auxiliary_loss_scale(double scale) override;
+  double take_auxiliary_loss() override;
+  torch::Tensor take_tokens_per_expert() override;
 
   const models::GPTConfig& config() const { return config_; }
   const TensorParallelOptions& tp() const { return tp_; }
@@ -94,6 +106,10 @@ class TensorParallelGPTImpl : public torch::nn::Module, public TpDecoder {
   torch::Tensor wpe_;  // [block_size, C], registered as "wpe.weight"
   std::vector<torch::nn::AnyModule> blocks_;  // by dense index; empty where not held
   torch::nn::Module* ln_f_ = nullptr;
+  // MoE: what the blocks' routers did since the last take.
+  void record_routing(int64_t begin, int64_t end);
+  torch::Tensor routed_;  // [n_layer, num_experts] int64
+  double auxiliary_loss_ = 0;
 };
 TORCH_MODULE(TensorParallelGPT);
 

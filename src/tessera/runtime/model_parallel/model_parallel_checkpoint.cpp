@@ -31,19 +31,11 @@ namespace {
 using nlohmann::json;
 using parallel::DenseSlice;
 
-// The dense tensor's shape, from this rank's slice of it.
-std::vector<int64_t> dense_shape(const at::Tensor& local, DenseSlice slice, int size) {
-  auto shape = local.sizes().vec();
-  if (slice.kind == DenseSlice::Kind::kRows) shape[0] *= size;
-  if (slice.kind == DenseSlice::Kind::kColumns) shape[1] *= size;
-  return shape;
-}
-
 // `local` (rank `rank`'s rows of each of slice.blocks row blocks of a dense
 // tensor of `full` shape) as flat ranges of the dense tensor.
 void add_row_pieces(const std::string& name, const at::Tensor& local, DenseSlice slice, int rank,
                     int size, std::vector<checkpoint::TensorPiece>& out) {
-  const auto full = dense_shape(local, slice, size);
+  const auto full = parallel::dense_shape(local.sizes(), slice, size);
   if (slice.kind == DenseSlice::Kind::kWhole) {
     out.push_back({name, local, full, 0});
     return;
@@ -76,7 +68,8 @@ at::Tensor saved_dropout_rng(const checkpoint::CheckpointReader& reader, int ran
 checkpoint::NamedTensors ModelParallelEngine::whole_optimizer_state() {
   if (units_.empty()) return optimizer_state(*optimizer_, params_, kCheckpointOptimPrefix);
   checkpoint::NamedTensors out;
-  for (auto& u : units_) {
+  for (size_t k = 0; k < units_.size(); ++k) {
+    auto& u = units_[k];
     const auto& part = u->partition();
     const auto fields = optimizer_state(*optimizer_, NamedParams{{kShard}, {u->shard()}}, "");
     for (const auto& [key, value] : fields) {
@@ -86,7 +79,7 @@ checkpoint::NamedTensors ModelParallelEngine::whole_optimizer_state() {
         continue;
       }
       at::Tensor whole = at::empty({part.padded_numel()}, value.options());
-      mesh_.replicas()->all_gather_into(whole, value.contiguous())->wait();
+      unit_groups_[k]->all_gather_into(whole, value.contiguous())->wait();
       for (size_t i = 0; i < u->names().size(); ++i) {
         out.emplace_back(kCheckpointOptimPrefix + u->names()[i] + "." + field,
                          whole.narrow(0, part.offset(i), part.numel(i)).view(u->params()[i].sizes()));
@@ -105,7 +98,8 @@ StagedOptimizerState ModelParallelEngine::stage_sharded_state(const checkpoint::
     return it->second;
   };
   StagedOptimizerState staged;
-  for (auto& u : units_) {
+  for (size_t k = 0; k < units_.size(); ++k) {
+    auto& u = units_[k];
     // The fields the unit's first parameter has (none: no step was taken yet).
     const std::string base = kCheckpointOptimPrefix + u->names()[0] + ".";
     const auto options = u->shard().options().requires_grad(false);
@@ -118,7 +112,7 @@ StagedOptimizerState ModelParallelEngine::stage_sharded_state(const checkpoint::
         continue;
       }
       at::Tensor shard = at::zeros({u->partition().shard_numel()}, options);
-      for (const zero::Piece& p : u->partition().pieces_of_rank(replica_rank())) {
+      for (const zero::Piece& p : u->partition().pieces_of_rank(unit_groups_[k]->rank())) {
         const at::Tensor& src = find(kCheckpointOptimPrefix + u->names()[p.param] + "." + field);
         shard.narrow(0, p.shard_offset, p.numel).copy_(src.reshape({-1}).narrow(0, p.param_offset, p.numel));
       }
@@ -152,11 +146,14 @@ checkpoint::CheckpointState ModelParallelEngine::checkpoint_state(const json& cl
   checkpoint::CheckpointState state;
   const int tp_rank = mesh_.coord().tp, tp_size = mesh_.topology().tp();
   const auto opt = whole_optimizer_state();  // collective over dp x cp under ZeRO-1
-  if (replica_rank() == 0) {  // one replica writes the model
+  {
     for (size_t i = 0; i < params_.names.size(); ++i) {
       const std::string& name = params_.names[i];
       if (stage_->is_duplicate(name)) continue;
       const DenseSlice slice = stage_->slice_of(name);
+      // One replica writes the model; the experts, the first ep group (each
+      // rank its experts).
+      if ((slice.experts ? mesh_.expert_dp()->rank() : replica_rank()) != 0) continue;
       // The tensor and its optimizer fields, in the same slicing.
       std::vector<std::pair<std::string, at::Tensor>> tensors{
           {kCheckpointModelPrefix + name, params_.params[i].detach()}};
@@ -169,7 +166,18 @@ checkpoint::CheckpointState ModelParallelEngine::checkpoint_state(const json& cl
       for (auto& [key, t] : tensors) {
         const bool sliced = t.sizes() == params_.params[i].sizes();
         if (!sliced) {  // a scalar (Adam's step): whole
-          state.pieces.push_back({key, t, t.sizes().vec(), 0});
+          if (!slice.experts || mesh_.coord().dp == 0) state.pieces.push_back({key, t, t.sizes().vec(), 0});
+        } else if (slice.experts) {
+          // This rank's experts, whole over tp (gathered), are one flat range
+          // of the dense [num_experts, ...] tensor.
+          at::Tensor mine = slice.kind == DenseSlice::Kind::kWhole
+                                ? t.contiguous()
+                                : parallel::all_gather_along(t.contiguous(), slice.tp_dim(), *mesh_.tp());
+          if (tp_rank == 0) {
+            auto full = mine.sizes().vec();
+            full[0] *= ep();
+            state.pieces.push_back({key, mine, full, mesh_.ep() ? mesh_.ep()->rank() * mine.numel() : 0});
+          }
         } else if (slice.kind == DenseSlice::Kind::kColumns) {
           // Column slices are not flat ranges: gather the dense tensor (every
           // tp rank takes part), tp rank 0 writes it.
@@ -194,6 +202,7 @@ checkpoint::CheckpointState ModelParallelEngine::checkpoint_state(const json& cl
                     {"pipeline_model_parallel_size", mp.pipeline_model_parallel_size},
                     {"virtual_pipeline_model_parallel_size", mp.virtual_pipeline_model_parallel_size},
                     {"context_parallel_size", mp.context_parallel_size},
+                    {"expert_model_parallel_size", mp.expert_model_parallel_size},
                     {"optimizer", optimizer_type_name(*optimizer_)},
                     {"scheduler", config_.scheduler.type},
                     {"client_state", client_state}};
@@ -205,6 +214,7 @@ json ModelParallelEngine::load_checkpoint(const std::string& dir) {
   auto coordinator = checkpoint::make_group_coordinator(mesh_.world());
   const std::string chosen = agree_on_step(dir, *coordinator);
   const int tp_rank = mesh_.coord().tp, tp_size = mesh_.topology().tp();
+  const int ep_rank = mesh_.ep() ? mesh_.ep()->rank() : 0, ep_size = ep();
 
   // Phase 1: read and check everything; nothing changes yet.
   json metadata;
@@ -231,11 +241,11 @@ json ModelParallelEngine::load_checkpoint(const std::string& dir) {
       const std::string& name = params_.names[i];
       const at::Tensor& p = params_.params[i];
       const DenseSlice slice = stage_->slice_of(name);
-      const auto full = dense_shape(p, slice, tp_size);
+      const auto full = parallel::dense_shape(p.sizes(), slice, tp_size, ep_size);
       check_saved_shape(all, kCheckpointModelPrefix + name, full);
-      values.push_back(
-          parallel::dense_slice(all.read(kCheckpointModelPrefix + name), slice, tp_rank, tp_size)
-              .clone());
+      values.push_back(parallel::dense_slice(all.read(kCheckpointModelPrefix + name), slice, tp_rank,
+                                             tp_size, ep_rank, ep_size)
+                           .clone());
       const std::string base = kCheckpointOptimPrefix + name + ".";
       for (const auto& info : saved) {
         if (info.name.rfind(base, 0) != 0 || info.name.find('.', base.size()) != std::string::npos) {
@@ -243,7 +253,7 @@ json ModelParallelEngine::load_checkpoint(const std::string& dir) {
         }
         at::Tensor t = all.read(info.name);
         if (at::IntArrayRef(info.shape) == at::IntArrayRef(full)) {
-          t = parallel::dense_slice(t, slice, tp_rank, tp_size).clone();
+          t = parallel::dense_slice(t, slice, tp_rank, tp_size, ep_rank, ep_size).clone();
         }
         opt.emplace_back(info.name, t);
       }

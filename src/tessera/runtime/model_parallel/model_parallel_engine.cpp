@@ -39,7 +39,8 @@ parallel::ProcessMesh checked_mesh(const parallel::DecoderSpec& model, Config& c
   ModelParallelEngine::check_layout(model, config, world->size());
   const auto& mp = config.model_parallel;
   return parallel::ProcessMesh::build(world, mp.tensor_model_parallel_size,
-                                      mp.pipeline_model_parallel_size, mp.context_parallel_size);
+                                      mp.pipeline_model_parallel_size, mp.context_parallel_size,
+                                      mp.expert_model_parallel_size);
 }
 
 }  // namespace
@@ -74,6 +75,19 @@ int ModelParallelEngine::check_layout(const parallel::DecoderSpec& model, Config
              "context_parallel_size ", mp.context_parallel_size, " is not supported for the ",
              model.family, " (its attention over padded batches does not run across ranks); "
              "use 1");
+  const int ep = mp.expert_model_parallel_size;
+  TS_CHECK_T(ConfigError, ep == 1 || model.num_experts > 0, "expert_model_parallel_size ", ep,
+             " needs a mixture-of-experts model (model.num_experts > 0); the ", model.family,
+             " configured has no experts");
+  TS_CHECK_T(ConfigError, model.num_experts == 0 || model.num_experts % ep == 0, "model.num_experts ",
+             model.num_experts, " does not divide by expert_model_parallel_size ", ep,
+             ": every expert-parallel rank holds the same number of experts");
+  TS_CHECK_T(ConfigError, ep == 1 || dp % ep == 0, "expert_model_parallel_size ", ep,
+             " does not divide the data-parallel size ", dp, " (world ", world,
+             " / tensor x pipeline x context sizes); the experts are split over data-parallel ranks");
+  TS_CHECK_T(ConfigError, ep == 1 || mp.context_parallel_size == 1, "expert_model_parallel_size ",
+             ep, " with context_parallel_size ", mp.context_parallel_size,
+             " is not supported yet; set one of them to 1");
   TS_CHECK_T(ConfigError, config.zero.stage <= 1, "zero_optimization.stage ", config.zero.stage,
              " is not supported together with tensor or pipeline parallelism yet; use stage 1 "
              "(optimizer state sharded over the data-parallel group) or 0");
@@ -112,7 +126,9 @@ ModelParallelEngine::ModelParallelEngine(parallel::DecoderSpec model, Config con
                                            mp.pipeline_partition_method == "parameters",
                                            config_.activation_checkpointing.partition_activations,
                                            model_.initialize_weights,
-                                           parallel::parse_cp_comm_type(mp.cp_comm_type)});
+                                           parallel::parse_cp_comm_type(mp.cp_comm_type),
+                                           parallel::parse_token_dispatcher_type(
+                                               mp.moe_token_dispatcher_type)});
   executor_ = std::make_unique<parallel::PipelineExecutor>(
       mesh_.pp(),
       parallel::make_pipeline_schedule(mp.pipeline_schedule, mesh_.topology().pp(),
@@ -130,19 +146,30 @@ ModelParallelEngine::ModelParallelEngine(parallel::DecoderSpec model, Config con
     // optimizer steps the shards. params_ lists the parameters in unit order.
     std::vector<torch::optim::OptimizerParamGroup> groups;
     NamedParams ordered;
+    // Expert weights (MoE) are sharded over the ranks holding the same experts.
     for (auto& spec : config_param_groups(local, params_)) {
-      if (spec.params.params.empty()) continue;
-      units_.push_back(std::make_unique<zero::FlatUnit>(spec.params.names, spec.params.params, 1,
-                                                        replica_rank(), replica_count()));
-      std::vector<at::Tensor> shard{units_.back()->shard()};
-      if (spec.options) {
-        groups.emplace_back(std::move(shard), std::move(spec.options));
-      } else {
-        groups.emplace_back(std::move(shard));
-      }
-      for (size_t i = 0; i < spec.params.params.size(); ++i) {
-        ordered.names.push_back(spec.params.names[i]);
-        ordered.params.push_back(spec.params.params[i]);
+      for (const bool experts : {false, true}) {
+        NamedParams part;
+        for (size_t i = 0; i < spec.params.params.size(); ++i) {
+          if (is_expert(spec.params.names[i]) != experts) continue;
+          part.names.push_back(spec.params.names[i]);
+          part.params.push_back(spec.params.params[i]);
+        }
+        if (part.params.empty()) continue;
+        const auto& group = experts ? mesh_.expert_dp() : mesh_.replicas();
+        units_.push_back(std::make_unique<zero::FlatUnit>(part.names, part.params, 1,
+                                                          group->rank(), group->size()));
+        unit_groups_.push_back(group);
+        std::vector<at::Tensor> shard{units_.back()->shard()};
+        if (spec.options) {
+          groups.emplace_back(std::move(shard), spec.options->clone());
+        } else {
+          groups.emplace_back(std::move(shard));
+        }
+        for (size_t i = 0; i < part.params.size(); ++i) {
+          ordered.names.push_back(part.names[i]);
+          ordered.params.push_back(part.params[i]);
+        }
       }
     }
     optimizer_ = make_optimizer(local, std::move(groups));
@@ -167,10 +194,12 @@ ModelParallelEngine::ModelParallelEngine(parallel::DecoderSpec model, Config con
   apply_schedule();
   stage_->set_gradient_reduction([this] { average_over_data_parallel(); });
   stage_->set_optimizer([this] { optimizer_step(); });
-  // Whole-model size: each rank's own parameters, duplicates once, over one replica.
+  // Whole-model size: each rank's own parameters, duplicates once, over one
+  // replica (an expert-parallel rank holds 1/ep of the experts a replica has).
   double own = 0;
   for (size_t i = 0; i < params_.names.size(); ++i) {
-    if (!stage_->is_duplicate(params_.names[i])) own += static_cast<double>(params_.params[i].numel());
+    if (stage_->is_duplicate(params_.names[i])) continue;
+    own += static_cast<double>(params_.params[i].numel()) * (is_expert(params_.names[i]) ? ep() : 1);
   }
   num_parameters_ = static_cast<int64_t>(world_sum(own) / replica_count() + 0.5);
 }
@@ -194,9 +223,11 @@ double ModelParallelEngine::train_step(const at::Tensor& ids, const at::Tensor& 
   for (auto& u : units_) u->zero_grad();  // the flat gradients, .grad views rebound
   last_ = executor_->run(*stage_);
   // The loss lives on the last stage, the same on each of its tp ranks; each
-  // cp rank's is the mean over its equal share of the tokens.
+  // cp rank's is the mean over its equal share of the tokens. MoE: every
+  // stage adds its routers' auxiliary losses, as the dense GPT's loss does.
   const bool counts = last_.has_loss && mesh_.coord().tp == 0;
-  return world_sum(counts ? last_.loss : 0.0) / replica_count();
+  const double aux = mesh_.coord().tp == 0 ? stage_->take_auxiliary_loss() / static_cast<double>(m) : 0.0;
+  return world_sum((counts ? last_.loss : 0.0) + aux) / replica_count();
 }
 
 double ModelParallelEngine::evaluate(const at::Tensor& ids, const at::Tensor& targets) {
@@ -210,7 +241,25 @@ double ModelParallelEngine::evaluate(const at::Tensor& ids, const at::Tensor& ta
   const auto r = executor_->evaluate(*stage_, n);
   stage_->set_training(true);
   const bool counts = r.has_loss && mesh_.coord().tp == 0;
-  return world_sum(counts ? r.loss : 0.0) / replica_count();
+  const double aux = mesh_.coord().tp == 0 ? stage_->take_auxiliary_loss() / n : 0.0;
+  stage_->take_tokens_per_expert();  // evaluation's routing is not training's
+  return world_sum((counts ? r.loss : 0.0) + aux) / replica_count();
+}
+
+bool ModelParallelEngine::is_expert(const std::string& name) const {
+  return stage_->slice_of(name).experts;
+}
+
+at::Tensor ModelParallelEngine::take_tokens_per_expert() {
+  if (model_.num_experts == 0) return {};
+  at::Tensor mine = stage_->take_tokens_per_expert();
+  if (!mine.defined() || mesh_.coord().tp != 0) {
+    // Every rank takes part; tp ranks > 0 saw the same tokens as their rank 0.
+    mine = at::zeros({model_.num_layers, model_.num_experts}, at::kLong);
+  }
+  mine = mine.contiguous();
+  mesh_.world()->all_reduce(mine)->wait();
+  return mine;
 }
 
 at::Tensor ModelParallelEngine::local_tokens(const at::Tensor& batch) const {
@@ -219,13 +268,38 @@ at::Tensor ModelParallelEngine::local_tokens(const at::Tensor& batch) const {
 }
 
 void ModelParallelEngine::average_over_data_parallel() {
+  // An expert's gradient on its ep rank already sums the losses of the ep
+  // group's replicas (the all-to-all carries them back): averaged over the
+  // copies of the expert (expert_dp), it still needs 1/ep to be the replicas' mean.
+  const double expert_scale = 1.0 / ep();
   if (!units_.empty()) {  // ZeRO-1: each rank ends with its shard's mean gradient
-    for (auto& u : units_) u->launch_reduce(*mesh_.replicas(), config_.zero.reduce_scatter);
-    for (auto& u : units_) u->finish_reduce();
+    for (size_t i = 0; i < units_.size(); ++i) {
+      units_[i]->launch_reduce(*unit_groups_[i], config_.zero.reduce_scatter);
+    }
+    for (size_t i = 0; i < units_.size(); ++i) {
+      units_[i]->finish_reduce();
+      if (unit_groups_[i] != mesh_.replicas() && ep() > 1) units_[i]->grad_shard().mul_(expert_scale);
+    }
     return;
   }
-  if (replica_count() == 1) return;
   at::NoGradGuard no_grad;
+  for (const bool experts : {false, true}) {
+    comm::ProcessGroup& group = experts ? *mesh_.expert_dp() : *mesh_.replicas();
+    std::vector<at::Tensor> grads;
+    for (size_t i = 0; i < params_.params.size(); ++i) {
+      if (is_expert(params_.names[i]) != experts) continue;
+      auto& p = params_.params[i];
+      if (!p.grad().defined()) p.mutable_grad() = at::zeros_like(p);
+      grads.push_back(p.mutable_grad());
+      if (experts && ep() > 1) grads.back().mul_(expert_scale);
+    }
+    average_in_buckets(grads, group);
+  }
+}
+
+void ModelParallelEngine::average_in_buckets(std::vector<at::Tensor>& grads,
+                                             comm::ProcessGroup& group) {
+  if (group.size() == 1) return;
   // Buckets of bucket_cap_mb, each one flat all-reduce.
   const int64_t cap = static_cast<int64_t>(config_.data_parallel.bucket_cap_mb * 1048576.0 / 4.0);
   std::vector<at::Tensor> bucket;
@@ -235,7 +309,7 @@ void ModelParallelEngine::average_over_data_parallel() {
     std::vector<at::Tensor> flat_views;
     for (auto& g : bucket) flat_views.push_back(g.reshape({-1}));
     auto flat = at::cat(flat_views);
-    mesh_.replicas()->all_reduce(flat, comm::ReduceOp::kAvg)->wait();
+    group.all_reduce(flat, comm::ReduceOp::kAvg)->wait();
     int64_t at_ = 0;
     for (auto& g : bucket) {
       g.copy_(flat.narrow(0, at_, g.numel()).view_as(g));
@@ -244,10 +318,9 @@ void ModelParallelEngine::average_over_data_parallel() {
     bucket.clear();
     filled = 0;
   };
-  for (auto& p : params_.params) {
-    if (!p.grad().defined()) p.mutable_grad() = at::zeros_like(p);
-    bucket.push_back(p.mutable_grad());
-    filled += p.numel();
+  for (auto& g : grads) {
+    bucket.push_back(g);
+    filled += g.numel();
     if (filled >= cap) flush();
   }
   flush();
@@ -257,9 +330,11 @@ double ModelParallelEngine::clip_gradients() {
   at::NoGradGuard no_grad;
   if (!units_.empty()) {
     // The shards tile each replica's gradients once: no division by dp.
+    // Expert units tile the ep group's experts once over expert_dp likewise.
     double sq = 0;
-    for (auto& u : units_) {
-      for (const zero::Piece& p : u->partition().pieces_of_rank(replica_rank())) {
+    for (size_t i = 0; i < units_.size(); ++i) {
+      auto& u = units_[i];
+      for (const zero::Piece& p : u->partition().pieces_of_rank(unit_groups_[i]->rank())) {
         if (stage_->is_duplicate(u->names()[p.param])) continue;
         sq += u->grad_shard().narrow(0, p.shard_offset, p.numel).to(at::kDouble).pow(2).sum().item<double>();
       }
@@ -270,14 +345,17 @@ double ModelParallelEngine::clip_gradients() {
     clip_to_norm(shards, norm, config_.gradient_clipping);
     return norm;
   }
-  std::vector<at::Tensor> all, counted;
+  std::vector<at::Tensor> all, counted, experts;
   for (size_t i = 0; i < params_.params.size(); ++i) {
     const auto& g = params_.params[i].grad();
     all.push_back(g);
-    if (g.defined() && !stage_->is_duplicate(params_.names[i])) counted.push_back(g);
+    if (!g.defined() || stage_->is_duplicate(params_.names[i])) continue;
+    (is_expert(params_.names[i]) ? experts : counted).push_back(g);
   }
   // Replicas hold the same averaged gradients: one replica's share of the sum.
-  const double norm = std::sqrt(world_sum(squared_norm(counted)) / replica_count());
+  // An expert is held by replicas / ep of them, so its squares count ep times.
+  const double local = squared_norm(counted) + ep() * squared_norm(experts);
+  const double norm = std::sqrt(world_sum(local) / replica_count());
   clip_to_norm(all, norm, config_.gradient_clipping);
   return norm;
 }
@@ -291,7 +369,7 @@ void ModelParallelEngine::optimizer_step() {
   } else {
     step_in_chunks(*optimizer_);  // ZeRO-1 shards: see optimizer_chunks.h
   }
-  for (auto& u : units_) u->launch_gather(*mesh_.replicas());
+  for (size_t i = 0; i < units_.size(); ++i) units_[i]->launch_gather(*unit_groups_[i]);
   for (auto& u : units_) u->finish_gather();
   ++global_steps_;
   apply_schedule();

@@ -26,6 +26,15 @@
 // Every rank of a data-parallel replica passes the same batch (the replica's
 // share of the global batch, read with data_parallel_rank()/size()).
 //
+// A mixture-of-experts GPT (model.num_experts) with expert_model_parallel_size
+// ep splits each MoE layer's experts over blocks of ep data-parallel ranks
+// (ProcessMesh::ep), tokens travelling by moe_token_dispatcher_type. Expert
+// weights are averaged (and ZeRO-1 sharded) over the ranks holding the same
+// experts (ProcessMesh::expert_dp), the rest over the replicas; the clipping
+// norm and num_parameters count each expert once. The reported loss includes
+// the routers' auxiliary losses, as the dense GPT's does. Checkpoints hold
+// whole expert tensors, so they resume at any ep (and any other layout).
+//
 // Checkpoints use the universal format of the data-parallel Engine: the same
 // names ("model.<dense name>", "optim.<dense name>.<field>"), each tensor saved
 // as the pieces its tensor-parallel ranks hold in the dense tensor's flat order.
@@ -130,6 +139,11 @@ class ModelParallelEngine {
   // and ZeRO-1 shards over them. Without cp, the data-parallel rank and size.
   int replica_rank() const { return mesh_.replicas()->rank(); }
   int replica_count() const { return mesh_.replicas()->size(); }
+  // Expert parallelism (MoE): the ranks splitting each layer's experts.
+  int ep() const { return mesh_.ep() ? mesh_.ep()->size() : 1; }
+  // Collective. MoE: tokens kept per expert per layer, [layers, experts] int64,
+  // summed over every replica since the last call; undefined for a dense model.
+  at::Tensor take_tokens_per_expert();
   parallel::DecoderPipelineStage& stage() { return *stage_; }
   torch::optim::Optimizer& optimizer() { return *optimizer_; }
   // Parameters of the whole model, each counted once (the dense model's count).
@@ -147,6 +161,10 @@ class ModelParallelEngine {
   // sequence (context_parallel.h); the batch itself without cp.
   at::Tensor local_tokens(const at::Tensor& batch) const;
   void average_over_data_parallel();
+  // Averages `grads` in place over `group`, in buckets of bucket_cap_mb.
+  void average_in_buckets(std::vector<at::Tensor>& grads, comm::ProcessGroup& group);
+  // An MoE expert tensor (DenseSlice::experts): held by 1/ep of the replicas.
+  bool is_expert(const std::string& name) const;
   double clip_gradients();
   void optimizer_step();
   void apply_schedule();
@@ -168,7 +186,10 @@ class ModelParallelEngine {
   parallel::ProcessMesh mesh_;
   std::unique_ptr<parallel::DecoderPipelineStage> stage_;
   std::unique_ptr<parallel::PipelineExecutor> executor_;
-  std::vector<std::unique_ptr<zero::FlatUnit>> units_;  // ZeRO-1: one per optimizer group
+  // ZeRO-1: one per optimizer group (two with experts: dense and expert
+  // weights), each sharded over its group (replicas, or expert_dp).
+  std::vector<std::unique_ptr<zero::FlatUnit>> units_;
+  std::vector<std::shared_ptr<comm::ProcessGroup>> unit_groups_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   NamedParams params_;  // what the optimizer steps, dense names, in its order
   std::vector<double> group_lrs_;
