@@ -209,7 +209,9 @@ TEST(Plan, ContextParallelSplitsTheSequenceWhereNothingElseFits) {
   int fitting_cp = 0;
   for (const auto& c : ranked) {
     EXPECT_EQ(c.layout.world(), 32);
-    if (c.layout.cp > 1) EXPECT_LE(c.layout.zero, 1) << c.layout.describe();
+    if (c.layout.cp > 1) {
+      EXPECT_LE(c.layout.zero, 1) << c.layout.describe();
+    }
     if (c.layout.cp > 1 && c.memory.fits()) {
       ++fitting_cp;
       EXPECT_GT(c.time.cp_comm, 0.0) << c.layout.describe();
@@ -222,6 +224,60 @@ TEST(Plan, ContextParallelSplitsTheSequenceWhereNothingElseFits) {
   std::printf("[plan] GPT-7B at 128K tokens on 32 H100s: best fitting %s, %.1f GB per device\n",
               best->layout.describe().c_str(), best->memory.total() / 1e9);
   EXPECT_GT(best->layout.cp, 1);
+}
+
+// A mixture-of-experts GPT: parameters count every expert, FLOPs the k a token
+// meets (k F = 4h here: the dense MLP's, plus the router's 2hE); ep divides
+// the experts' weights (and their ZeRO-1 shards go over dp / ep), costs four
+// all-to-alls per block and micro-batch, and runs with ZeRO 0-1.
+TEST(Plan, ExpertParallelSplitsTheExpertsAndPaysItsAllToAlls) {
+  PlanProblem p;
+  p.model = gpt_preset("gpt-350m");
+  p.model.hidden = 1024;
+  p.model.heads = 16;
+  p.model.layers = 4;
+  ModelSpec dense = p.model;
+  p.model.experts = 16;
+  p.model.topk = 2;
+  p.model.expert_hidden = 2048;
+  p.cluster = cluster_preset("h100", 8);
+  p.precision = Precision::kBf16;
+  p.global_batch = 16;
+  const double h = 1024, E = 16, F = 2048, s = 2048, l = 4;
+  EXPECT_EQ(p.model.block_expert_params(), static_cast<int64_t>(E * (2 * h * F + F + h)));
+  EXPECT_EQ(p.model.block_params(),
+            static_cast<int64_t>(4 * h * h + 8 * h + h * E + E * (2 * h * F + F + h)));
+  EXPECT_NEAR(p.model.step_flops(1, false) - dense.step_flops(1, false), 3 * s * l * 2 * h * E,
+              1e-6 * dense.step_flops(1, false));
+  Layout one;
+  one.dp = 8;
+  one.zero = 1;
+  one.micro_batch = 2;
+  Layout eight = one;
+  eight.ep = 8;
+  EXPECT_EQ(eight.describe(), "dp8 ep8 tp1 pp1 z1 mb2x1");
+  const double e1 = device_expert_params(p, one), e8 = device_expert_params(p, eight);
+  EXPECT_DOUBLE_EQ(e1, l * E * (2 * h * F + F + h));
+  EXPECT_DOUBLE_EQ(e8, e1 / 8);
+  EXPECT_DOUBLE_EQ(device_params(p, one) - device_params(p, eight), e1 - e8);
+  const StateBytes sb = state_bytes(p.state_layout, p.precision);
+  const double psi8 = device_params(p, eight);
+  EXPECT_DOUBLE_EQ(estimate_memory(p, eight).optimizer, sb.optimizer * ((psi8 - e8) / 8 + e8));
+  EXPECT_EQ(estimate_step_time(p, one).ep_comm, 0.0);
+  const StepTime t8 = estimate_step_time(p, eight);
+  EXPECT_GT(t8.ep_comm, 0.0);
+  int with_ep = 0;
+  for (const auto& c : search_layouts(p, {})) {
+    EXPECT_EQ(c.layout.world(), 8);
+    if (c.layout.ep == 1) continue;
+    ++with_ep;
+    EXPECT_EQ(c.layout.dp % c.layout.ep, 0) << c.layout.describe();
+    EXPECT_LE(c.layout.zero, 1) << c.layout.describe();
+    EXPECT_GT(c.time.ep_comm, 0.0) << c.layout.describe();
+  }
+  EXPECT_GT(with_ep, 0);
+  p.model.topk = 17;
+  EXPECT_THROW(p.model.validate(), ConfigError);
 }
 
 TEST(Plan, PipelineBubbleShrinksWithVirtualStages) {

@@ -55,6 +55,24 @@ TEST(AllToAllV, UnevenSplitsForwardAndBackward) {
   });
 }
 
+// A rank whose tokens all go elsewhere sends no rows at all (an empty
+// [0, H] tensor) yet receives: the row width comes from the shape.
+TEST(AllToAllV, ARankThatSendsNothingStillReceives) {
+  run_ranks(3, [](int rank, int size, std::shared_ptr<comm::Store> store) {
+    auto g = make_group(rank, size, store, "gloo");
+    // Rank 0 sends nothing; ranks 1 and 2 send 2 rows of value rank to everyone.
+    std::vector<int64_t> send(3, rank == 0 ? 0 : 2), recv{0, 2, 2};
+    auto x = torch::full({rank == 0 ? 0 : 6, 4}, static_cast<double>(rank)).requires_grad_();
+    auto got = all_to_all_v(x, send, recv, *g);
+    ASSERT_EQ(got.sizes(), (std::vector<int64_t>{4, 4}));
+    EXPECT_TRUE(torch::equal(got.slice(0, 0, 2), torch::full({2, 4}, 1.0)));
+    EXPECT_TRUE(torch::equal(got.slice(0, 2, 4), torch::full({2, 4}, 2.0)));
+    got.sum().backward();
+    EXPECT_EQ(x.grad().size(0), x.size(0));
+    EXPECT_TRUE(torch::equal(x.grad(), torch::ones_like(x)));
+  });
+}
+
 TEST(ExpertParallel, MeshBuildsEpAndExpertDataParallelGroups) {
   run_ranks(4, [](int rank, int size, std::shared_ptr<comm::Store> store) {
     auto world = make_group(rank, size, store, "gloo");

@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "testing/files.h"
 #include "testing/metrics_file.h"
@@ -116,6 +117,49 @@ TEST_F(MoETrainCli, BadSettingsFailWithTheKeyNamed) {
   EXPECT_NE(sp.exit_code, 0);
   EXPECT_NE(sp.output.find("sequence_parallel"), std::string::npos) << sp.output;
   EXPECT_FALSE(fs::exists(dir_ / "ep" / "step_8")) << "nothing may be trained for a bad layout";
+}
+
+// Capacity factor 1.0: each expert takes at most ceil(16 tokens x top-2 / 4
+// experts x 1.0) = 8 assignments of a micro-batch (one 16-token sequence), so
+// a step's record (8 micro-batches) holds at most 64 per expert, and an
+// imbalanced router drops some of the 256. ep 2 over gloo drops exactly what
+// one process drops and ends where it ends.
+TEST_F(MoETrainCli, CapacityDropsTheSameAtEp2AsInOneProcess) {
+  const std::string moe = R"(, "moe_expert_capacity_factor": 1.0, "moe_aux_loss_coeff": 0.01)";
+  auto one = train10("cap_one", moe, 1, "");
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  auto ep2 = train10("cap_ep2", moe, 4, R"("expert_model_parallel_size": 2, )", "",
+                     "TESSERA_BACKEND=gloo");
+  ASSERT_EQ(ep2.exit_code, 0) << ep2.output;
+  const double d = max_model_diff((dir_ / "cap_one/step_10").string(),
+                                  (dir_ / "cap_ep2/step_10").string());
+  auto counts = [&](const std::string& run) {
+    std::vector<nlohmann::json> out;
+    std::ifstream in(dir_ / run / "metrics.jsonl");
+    for (std::string line; std::getline(in, line);) {
+      auto j = nlohmann::json::parse(line);
+      if (j.contains("tokens_per_expert")) out.push_back(j["tokens_per_expert"]);
+    }
+    return out;
+  };
+  const auto a = counts("cap_one"), b = counts("cap_ep2");
+  ASSERT_EQ(a.size(), 10u);
+  EXPECT_EQ(a, b) << "the same tokens kept per expert, step by step";
+  int64_t kept = 0, offered = 0;
+  for (const auto& step : a) {
+    for (const auto& layer : step) {
+      for (const auto& n : layer) {
+        EXPECT_LE(n.get<int64_t>(), 64) << "capacity 8 per micro-batch x 8 micro-batches";
+        kept += n.get<int64_t>();
+      }
+      offered += 8 * 16 * 2;
+    }
+  }
+  std::printf("[expert parallel cli] capacity 1.0: ep2 vs one process max |param diff| %.3g, "
+              "%lld of %lld assignments dropped\n", d, static_cast<long long>(offered - kept),
+              static_cast<long long>(offered));
+  EXPECT_LE(d, 1e-5);
+  EXPECT_LT(kept, offered) << "an untrained router is imbalanced: capacity should drop some";
 }
 
 TEST_F(MoETrainCli, ExpertParallelEndsWhereOneProcessEndsAndResumesAtOtherEpDegrees) {

@@ -1,6 +1,7 @@
 // `tessera plan`'s memory model against the engines: for every layout the tree
 // runs (DDP, ZeRO 1-3 at 2 and 4 ranks, bf16, nvme offload, tensor and pipeline
-// parallelism and ZeRO-1 over them), the predicted model state of rank 0
+// parallelism and ZeRO-1 over them, the MoE GPT with its experts whole and
+// split over ep ranks), the predicted model state of rank 0
 // (parameters + gradients + optimizer state) is within 10% of what
 // memory_stats() counts from the tensors after a few steps. Ranks are threads
 // over gloo.
@@ -8,6 +9,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <mutex>
 #include <string>
@@ -43,16 +45,29 @@ struct Case {
   int tp = 1, pp = 1, zero = 0;
   bool bf16 = false;
   bool offload = false;
+  int ep = 0;  // > 0: the MoE GPT (8 experts of width 128, top-2) at this ep
 };
+
+models::GPTConfig gpt(const Case& c) {
+  models::GPTConfig g = gpt();
+  if (c.ep > 0) {
+    g.moe.num_experts = 8;
+    g.moe.router_topk = 2;
+    g.moe.expert_intermediate_size = 128;
+  }
+  if (c.bf16) g.compute_dtype = at::kBFloat16;
+  return g;
+}
 
 std::string config_json(const Case& c, const std::string& nvme_dir) {
   const int dp = c.world / (c.tp * c.pp);
   std::string j = R"({"train_batch_size": )" + std::to_string(dp * kMicro * 2) +
                   R"(, "train_micro_batch_size_per_gpu": )" + std::to_string(kMicro) +
                   R"(, "optimizer": {"type": "AdamW", "params": {"lr": 0.001}})";
-  if (c.tp > 1 || c.pp > 1) {
+  if (c.tp > 1 || c.pp > 1 || c.ep > 1) {
     j += R"(, "tensor_model_parallel_size": )" + std::to_string(c.tp) +
-         R"(, "pipeline_model_parallel_size": )" + std::to_string(c.pp);
+         R"(, "pipeline_model_parallel_size": )" + std::to_string(c.pp) +
+         R"(, "expert_model_parallel_size": )" + std::to_string(std::max(1, c.ep));
   }
   if (c.bf16) j += R"(, "bf16": {"enabled": true})";
   j += R"(, "zero_optimization": {"stage": )" + std::to_string(c.zero) +
@@ -73,10 +88,9 @@ MemoryStats measure(const Case& c) {
     at::set_num_threads(1);
     auto group = testing::make_group(rank, size, store, "gloo", 60);
     auto gen = at::detail::createCPUGenerator(static_cast<uint64_t>(rank + 1));
-    models::GPTConfig g = gpt();
-    if (c.bf16) g.compute_dtype = at::kBFloat16;
+    const models::GPTConfig g = gpt(c);
     MemoryStats m;
-    if (c.tp > 1 || c.pp > 1) {
+    if (c.tp > 1 || c.pp > 1 || c.ep > 1) {
       ModelParallelEngine engine(g, config, group);
       const int64_t rows = config.train_batch_size / engine.data_parallel_size();
       for (int s = 0; s < 2; ++s) {
@@ -112,6 +126,11 @@ plan::MemoryEstimate predict(const Case& c) {
   p.model.seq = g.block_size;
   p.model.vocab = g.vocab_size;
   p.model.bias = g.bias;
+  if (c.ep > 0) {
+    p.model.experts = gpt(c).moe.num_experts;
+    p.model.topk = gpt(c).moe.router_topk;
+    p.model.expert_hidden = gpt(c).moe.expert_intermediate_size;
+  }
   p.cluster = plan::cluster_preset("host", c.world);
   p.precision = c.bf16 ? plan::Precision::kBf16 : plan::Precision::kFp32;
   p.persistence_threshold = 100;
@@ -119,6 +138,7 @@ plan::MemoryEstimate predict(const Case& c) {
   l.tp = c.tp;
   l.pp = c.pp;
   l.dp = c.world / (c.tp * c.pp);
+  l.ep = std::max(1, c.ep);
   l.zero = c.zero;
   l.offload = c.offload;
   l.micro_batch = kMicro;
@@ -144,6 +164,11 @@ TEST(PlanMemory, PredictedModelStateMatchesMemoryStats) {
       {"pp2", 2, 1, 2},
       {"tp2 dp2 ZeRO-1", 4, 2, 1, 1},
       {"pp2 dp2 ZeRO-1", 4, 1, 2, 1},
+      {"MoE dp2 ZeRO-1", 2, 1, 1, 1, false, false, 1},
+      {"MoE ep4", 4, 1, 1, 0, false, false, 4},
+      {"MoE ep4 ZeRO-1", 4, 1, 1, 1, false, false, 4},
+      {"MoE tp2 ep2", 4, 2, 1, 0, false, false, 2},
+      {"MoE pp2 ep2 ZeRO-1", 4, 1, 2, 1, false, false, 2},
   };
   std::printf("[plan] %-20s %12s %12s %12s | %12s %12s %12s | %7s\n", "layout", "params",
               "grads", "optimizer", "pred params", "pred grads", "pred optim", "ratio");

@@ -83,6 +83,8 @@ const std::vector<EnvVar>& registry() {
        "./.tessera_env, then ~/.tessera_env)"},
       {"TESSERA_SHM_CHUNK_BYTES", "1048576",
        "shm backend: bytes per rank and pipeline buffer (the all_reduce chunk); same on every rank"},
+      {"TESSERA_SHM_CMA", "1",
+       "shm all_to_all reads peers' buffers directly (process_vm_readv); 0: through the slots"},
       {"TESSERA_GLOO_IFACE", nullptr, "network interface Gloo binds (default: host of MASTER_ADDR)"},
       {"TESSERA_GLOO_HOSTNAME", nullptr, "address Gloo binds and advertises for this rank"},
       {"TESSERA_HOST_MEMORY_CACHE", "1",

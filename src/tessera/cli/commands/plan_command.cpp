@@ -24,6 +24,7 @@ struct PlanFlags {
   std::string model;
   double params = 0;
   int64_t layers = 0, hidden = 0, heads = 0, seq = 0, vocab = 0;
+  int64_t experts = 0, topk = 2, expert_hidden = 0;
   bool no_bias = false;
   // Cluster.
   std::string cluster = "host";
@@ -55,6 +56,11 @@ void add_flags(CLI::App& app, PlanFlags& f) {
   app.add_option("--seq", f.seq, "sequence length (default 2048)");
   app.add_option("--vocab", f.vocab, "vocabulary (default 50304)");
   app.add_flag("--no-bias", f.no_bias, "Linear and LayerNorm layers without biases");
+  app.add_option("--experts", f.experts,
+                 "mixture of experts: experts per block in place of the MLP (model.num_experts)");
+  app.add_option("--topk", f.topk, "experts per token (model.moe_router_topk, default 2)");
+  app.add_option("--expert-hidden", f.expert_hidden,
+                 "each expert's hidden width (model.moe_ffn_hidden_size, default 4 x hidden)");
   app.add_option("--cluster", f.cluster, "host (this machine), a100-80g, h100, h200");
   app.add_option("--gpus-per-node", f.gpus_per_node, "devices (ranks) per node");
   app.add_option("--nodes", f.nodes, "nodes (default 1)");
@@ -81,6 +87,8 @@ void add_flags(CLI::App& app, PlanFlags& f) {
   app.add_option("--cp", f.filter.cp,
                  "only this context-parallel size (default: cp > 1 is weighed only when no "
                  "layout without it fits)");
+  app.add_option("--ep", f.filter.ep,
+                 "only this expert-parallel size (MoE; default: every ep dividing dp and --experts)");
   app.add_option("--vp", f.filter.vp, "only this number of virtual stages per device");
   app.add_option("--zero", f.filter.zero, "only this ZeRO stage");
   app.add_option("--micro-batch", f.filter.micro_batch, "only this micro-batch size");
@@ -123,6 +131,9 @@ plan::ModelSpec model_from(const PlanFlags& f) {
   if (f.vocab) m.vocab = f.vocab;
   if (f.no_bias) m.bias = false;
   if (f.params > 0) m.total_params_override = static_cast<int64_t>(f.params);
+  m.experts = f.experts;
+  m.topk = f.topk;
+  m.expert_hidden = f.expert_hidden;
   m.validate();
   return m;
 }

@@ -37,13 +37,18 @@ std::vector<Layout> mesh_splits(const PlanProblem& problem, const LayoutFilter& 
         for (int vp = 1; vp <= m.layers / pp; vp *= 2) {
           if (vp > 1 && (pp == 1 || (m.layers / pp) % vp)) break;
           if (!allowed(f.vp, vp)) continue;
-          Layout l;
-          l.dp = dp;
-          l.tp = tp;
-          l.cp = cp;
-          l.pp = pp;
-          l.vp = vp;
-          out.push_back(l);
+          // Expert parallelism splits the experts over ep of the dp ranks.
+          for (int ep : divisors(dp, m.moe() ? m.experts : 1)) {
+            if (!allowed(f.ep, ep) || (m.moe() && m.experts % ep) || (ep > 1 && cp > 1)) continue;
+            Layout l;
+            l.dp = dp;
+            l.tp = tp;
+            l.cp = cp;
+            l.pp = pp;
+            l.vp = vp;
+            l.ep = ep;
+            out.push_back(l);
+          }
           if (pp == 1) break;
         }
       }
@@ -55,7 +60,7 @@ std::vector<Layout> mesh_splits(const PlanProblem& problem, const LayoutFilter& 
 // ZeRO stages, offload and recompute choices for one split and micro-batch.
 void add_variants(const PlanProblem& problem, const LayoutFilter& f, Layout base,
                   std::vector<Candidate>& out) {
-  const bool model_parallel = base.tp > 1 || base.pp > 1 || base.cp > 1;
+  const bool model_parallel = base.tp > 1 || base.pp > 1 || base.cp > 1 || base.ep > 1;
   const int max_zero = base.dp == 1 ? 0 : (model_parallel ? 1 : 3);
   for (int zero = 0; zero <= max_zero; ++zero) {
     if (!allowed(f.zero, zero)) continue;

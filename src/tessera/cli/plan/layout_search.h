@@ -2,8 +2,9 @@
 // dp x tp x cp x pp that Tessera can run (tp inside a node dividing the heads,
 // the hidden size and the vocabulary; cp splitting the sequence into 2·cp
 // chunks; pp dividing the layers; v chunks dividing each stage's layers; ZeRO
-// 0-3 with data parallelism only, ZeRO 0-1 with tensor, context or pipeline
-// parallelism, as the engines allow), each micro-batch dividing the replica's
+// 0-3 with data parallelism only, ZeRO 0-1 with tensor, context, pipeline or
+// expert parallelism, as the engines allow; for an MoE model every ep dividing
+// dp and the experts, without cp), each micro-batch dividing the replica's
 // batch, with and without offload and recomputation. Offload, recomputation and
 // context parallelism are kept only where no layout without them fits ("worth
 // trying"), unless the filter asks for them.
@@ -21,7 +22,7 @@ namespace tessera::cli::plan {
 
 // Pins some dimensions of the search (from --dp, --tp, ...); unset: any.
 struct LayoutFilter {
-  std::optional<int> dp, tp, pp, vp, zero, cp;
+  std::optional<int> dp, tp, pp, vp, zero, cp, ep;
   std::optional<int64_t> micro_batch;
   std::optional<bool> offload, recompute;
 };

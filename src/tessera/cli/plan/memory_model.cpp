@@ -12,6 +12,15 @@ double device_params(const PlanProblem& problem, const Layout& layout) {
   // pipeline, the final LayerNorm too).
   const double outside = layout.pp == 1 ? static_cast<double>(m.outside_params())
                                         : static_cast<double>((m.vocab + m.seq) * m.hidden);
+  const double experts = device_expert_params(problem, layout);
+  if (m.moe()) {
+    // Attention's GEMM weights and column biases split; LayerNorms, its row
+    // bias and the router whole; the experts as device_expert_params says.
+    const double split = 4.0 * h * h + (m.bias ? 3.0 * h : 0.0);
+    const double replicated = 4.0 * h + (m.bias ? h : 0.0) + h * static_cast<double>(m.experts);
+    const double wte = static_cast<double>(m.vocab) * h;
+    return blocks_here * (split / t + replicated) + wte / t + (outside - wte) + experts;
+  }
   if (m.total_params_override > 0 || t == 1) {
     const double blocks = static_cast<double>(m.total_params() - m.outside_params());
     return (blocks * blocks_here / m.layers + outside) / t;
@@ -23,6 +32,16 @@ double device_params(const PlanProblem& problem, const Layout& layout) {
   const double replicated = m.bias ? 6.0 * h : 4.0 * h;
   const double wte = static_cast<double>(m.vocab) * h;
   return blocks_here * (split / t + replicated) + wte / t + (outside - wte);
+}
+
+double device_expert_params(const PlanProblem& problem, const Layout& layout) {
+  const ModelSpec& m = problem.model;
+  if (!m.moe()) return 0;
+  const double h = static_cast<double>(m.hidden), f = static_cast<double>(m.expert_width());
+  const double e = static_cast<double>(m.experts) / layout.ep;
+  const double blocks_here = static_cast<double>(m.layers) / layout.pp;
+  // Both weights and the first bias split over tp; the output bias whole.
+  return blocks_here * e * ((2.0 * h * f + (m.bias ? f : 0.0)) / layout.tp + (m.bias ? h : 0.0));
 }
 
 double device_whole_params(const PlanProblem& problem, const Layout& layout) {
@@ -46,11 +65,19 @@ double block_activation_bytes(const PlanProblem& problem, const Layout& layout) 
   // Korthikanti et al. count 16-bit activations (and 1-byte dropout masks);
   // float32 activations take twice the bytes.
   const double scale = problem.activation_bytes() / 2.0;
+  // Korthikanti's 34: 10 outside tp's GEMMs and 24 inside (of which the MLP's
+  // 3 and 16). MoE: the MLP's as the header says.
+  double whole = 10.0, split = 24.0;
+  if (m.moe()) {
+    const double k = static_cast<double>(m.topk), f = static_cast<double>(m.expert_width());
+    whole += -3.0 + 2.0 + 4.0 * k;
+    split += -16.0 + 4.0 * k * f / h;
+  }
   double per_block;
   if (t == 1 || problem.sequence_parallel) {
-    per_block = s * b * h * (34.0 + 5.0 * a * s / h) / t;
+    per_block = s * b * h * (whole + split + 5.0 * a * s / h) / t;
   } else {
-    per_block = s * b * h * (10.0 + 24.0 / t + 5.0 * a * s / (h * t));
+    per_block = s * b * h * (whole + split / t + 5.0 * a * s / (h * t));
   }
   return per_block * scale;
 }
@@ -98,7 +125,11 @@ double transient_bytes(const PlanProblem& problem, const Layout& layout, const S
   const double ring = layout.cp > 1 ? 3.0 * 4.0 * piece * piece * layout.micro_batch *
                                           static_cast<double>(m.heads) / layout.tp
                                     : 0.0;
-  return ring + state_transient_bytes(problem, layout, sb, psi, block);
+  // The all-to-all's send and receive buffers of one MoE layer (float32).
+  const double a2a = layout.ep > 1 ? 2.0 * 4.0 * static_cast<double>(m.seq) / layout.cp *
+                                         layout.micro_batch * m.topk * m.hidden
+                                   : 0.0;
+  return ring + a2a + state_transient_bytes(problem, layout, sb, psi, block);
 }
 
 double state_transient_bytes(const PlanProblem& problem, const Layout& layout,
@@ -125,12 +156,15 @@ MemoryEstimate estimate_memory(const PlanProblem& problem, const Layout& layout)
   const StateBytes sb = state_bytes(problem.state_layout, problem.precision);
   const double psi = device_params(problem, layout);
   const double n = layout.dp * layout.cp;  // ZeRO shards over every replica of the parameters
+  // Experts shard over the n / ep ranks holding the same ones.
+  const double experts = device_expert_params(problem, layout);
+  const double sharded = (psi - experts) / n + experts * layout.ep / n;
   MemoryEstimate e;
   e.params = sb.param * psi;
   e.grads = sb.grad * psi;
   e.optimizer = sb.optimizer * psi;
-  if (layout.zero >= 1) e.optimizer /= n;
-  if (layout.zero >= 2) e.grads /= n;
+  if (layout.zero >= 1) e.optimizer = sb.optimizer * sharded;
+  if (layout.zero >= 2) e.grads = sb.grad * sharded;
   if (layout.zero >= 3) {
     const double whole = std::min(psi, device_whole_params(problem, layout));
     e.params = sb.param * ((psi - whole) / n + whole);

@@ -20,6 +20,14 @@
 //                  gradient buffers, ZeRO-3 gathered units (current + prefetched),
 //                  ring attention's score piece (3 float32 (s/2cp)^2 per head).
 //   ZeRO's N is the replica group: dp x cp ranks.
+//   experts      (MoE) each device holds 1/ep of every layer's experts, their
+//                weights split over tp like the MLP's; ZeRO-1 shards their
+//                optimizer state over the dp/ep ranks holding the same experts.
+//                A block's MLP activations (19sbh) become those of the k
+//                experts a token meets: its input and router (2 + 4k, the
+//                dispatched copies and outputs in float32) plus 4k·F/h for the
+//                experts' hidden activations, split over tp; the all-to-all
+//                buffers (send and receive, k·sbh float32 each) are transient.
 // Pure functions.
 #pragma once
 
@@ -43,6 +51,8 @@ struct MemoryEstimate {
 // stage, which holds the embeddings), and the part of it ZeRO-3 keeps whole.
 double device_params(const PlanProblem& problem, const Layout& layout);
 double device_whole_params(const PlanProblem& problem, const Layout& layout);
+// Of device_params, the MoE experts' weights (0 for a dense model).
+double device_expert_params(const PlanProblem& problem, const Layout& layout);
 
 MemoryEstimate estimate_memory(const PlanProblem& problem, const Layout& layout);
 

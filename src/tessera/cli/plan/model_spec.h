@@ -7,6 +7,10 @@
 // bias = false), a token and a position embedding, a final LayerNorm, and a
 // head tied to the token embedding. A model given by its parameter count keeps the user's total and
 // puts the embeddings outside the blocks, the rest evenly in them.
+// A mixture-of-experts GPT (experts > 0, models/moe.h) has in each block, in
+// place of the MLP, a router (h x E) and E experts of width F (each 2hF
+// weights, F + h biases), every token going to topk of them: the FLOPs count
+// the topk experts a token meets, the parameters all E.
 // Pure values; no threads, no I/O.
 #pragma once
 
@@ -26,6 +30,14 @@ struct ModelSpec {
   bool bias = true;
   // A total given by the user (0: count it from the shape).
   int64_t total_params_override = 0;
+  // Mixture of experts (0: the dense MLP).
+  int64_t experts = 0;
+  int64_t topk = 2;
+  int64_t expert_hidden = 0;  // F; 0: 4 x hidden
+  bool moe() const { return experts > 0; }
+  int64_t expert_width() const { return expert_hidden > 0 ? expert_hidden : 4 * hidden; }
+  // Parameters of one block's experts (what expert parallelism splits); 0 if dense.
+  int64_t block_expert_params() const;
 
   // Parameters of one block (what ZeRO-3 gathers at once: a block is a unit).
   int64_t block_params() const;
@@ -39,7 +51,8 @@ struct ModelSpec {
   // Floating-point operations of one training step (forward and backward) on
   // `sequences` sequences: 72·s·l·h²·(1 + s/(6h) + V/(12·l·h)) per sequence
   // (Narayanan et al. 2021, without recomputation); with full recomputation the
-  // blocks' forward runs twice: 96 instead of 72 for the block part.
+  // blocks' forward runs twice: 96 instead of 72 for the block part. MoE: the
+  // MLP's 16h² forward FLOPs per token become topk·4hF + 2hE.
   double step_flops(double sequences, bool recompute) const;
 
   // ConfigError naming the field when a value is out of range.

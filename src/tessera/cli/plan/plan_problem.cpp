@@ -31,7 +31,9 @@ void PlanProblem::validate() const {
 }
 
 std::string Layout::describe() const {
-  std::string s = "dp" + std::to_string(dp) + " tp" + std::to_string(tp);
+  std::string s = "dp" + std::to_string(dp);
+  if (ep > 1) s += " ep" + std::to_string(ep);
+  s += " tp" + std::to_string(tp);
   if (cp > 1) s += " cp" + std::to_string(cp);
   s += " pp" + std::to_string(pp);
   if (vp > 1) s += " v" + std::to_string(vp);

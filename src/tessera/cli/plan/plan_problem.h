@@ -60,6 +60,7 @@ struct Layout {
   int tp = 1;
   int pp = 1;
   int cp = 1;  // context parallel: every sequence split over cp ranks
+  int ep = 1;  // expert parallel (MoE): each layer's experts split over ep of the dp ranks
   int vp = 1;  // virtual pipeline stages (model chunks) per device
   int zero = 0;
   bool offload = false;    // optimizer state off the device
@@ -68,8 +69,8 @@ struct Layout {
   int64_t micro_batches = 1;  // per data-parallel replica and step
 
   int world() const { return dp * tp * pp * cp; }
-  // "dp8 tp1 pp1 z1 mb4x2", plus " cp2" (after tp), " v2", " offload",
-  // " recompute" when set.
+  // "dp8 tp1 pp1 z1 mb4x2", plus " cp2" (after tp), " ep4" (after dp), " v2",
+  // " offload", " recompute" when set.
   std::string describe() const;
 };
 

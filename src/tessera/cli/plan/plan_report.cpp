@@ -95,20 +95,20 @@ PlanReport make_report(const PlanProblem& problem, const std::vector<Candidate>&
 void print_report(std::FILE* out, const PlanReport& r) {
   print_header(out, r.problem);
   std::fprintf(out,
-               "%3s  %-36s %8s %8s %8s %8s %5s %9s %11s %5s | %8s %7s %7s %7s %7s %7s %7s\n", "#",
-               "layout", "states", "activ.", "buffers", "total", "fits", "step (s)",
-               "tokens/s", "MFU", "compute", "bubble", "tp", "cp", "pp", "dp", "optim");
+               "%3s  %-36s %8s %8s %8s %8s %5s %9s %11s %5s | %8s %7s %7s %7s %7s %7s %7s %7s\n",
+               "#", "layout", "states", "activ.", "buffers", "total", "fits", "step (s)",
+               "tokens/s", "MFU", "compute", "bubble", "tp", "cp", "ep", "pp", "dp", "optim");
   int rank = 0;
   for (const Candidate& c : r.shown) {
     const MemoryEstimate& m = c.memory;
     const StepTime& t = c.time;
     std::fprintf(out,
                  "%3d  %-36s %8.2f %8.2f %8.2f %8.2f %5s %9.4g %11.4g %5.2f | %8.3g %7.2g %7.2g "
-                 "%7.2g %7.2g %7.2g %7.2g\n",
+                 "%7.2g %7.2g %7.2g %7.2g %7.2g\n",
                  ++rank, c.layout.describe().c_str(), m.model_states() / kGB,
                  m.activations / kGB, m.transient / kGB, m.total() / kGB,
                  m.fits() ? "yes" : "NO", t.total, c.tokens_per_second, c.step_mfu, t.compute,
-                 t.bubble, t.tp_comm, t.cp_comm, t.pp_comm, t.dp_exposed + t.zero_copies,
+                 t.bubble, t.tp_comm, t.cp_comm, t.ep_comm, t.pp_comm, t.dp_exposed + t.zero_copies,
                  t.optimizer);
   }
   std::fprintf(out,
@@ -132,7 +132,8 @@ nlohmann::json report_json(const PlanReport& r) {
   for (const Candidate& c : r.shown) {
     const Layout& l = c.layout;
     layouts.push_back({
-        {"layout", l.describe()}, {"dp", l.dp}, {"tp", l.tp}, {"cp", l.cp}, {"pp", l.pp},
+        {"layout", l.describe()}, {"dp", l.dp}, {"tp", l.tp}, {"cp", l.cp}, {"ep", l.ep},
+        {"pp", l.pp},
         {"vp", l.vp},
         {"zero", l.zero}, {"offload", l.offload}, {"recompute", l.recompute},
         {"micro_batch", l.micro_batch}, {"micro_batches", l.micro_batches},
@@ -144,7 +145,8 @@ nlohmann::json report_json(const PlanReport& r) {
           {"total", c.memory.total()}, {"usable", c.memory.usable}}},
         {"step_seconds",
          {{"total", c.time.total}, {"compute", c.time.compute}, {"bubble", c.time.bubble},
-          {"tp_comm", c.time.tp_comm}, {"cp_comm", c.time.cp_comm}, {"pp_comm", c.time.pp_comm},
+          {"tp_comm", c.time.tp_comm}, {"cp_comm", c.time.cp_comm}, {"ep_comm", c.time.ep_comm},
+          {"pp_comm", c.time.pp_comm},
           {"dp_comm", c.time.dp_comm}, {"dp_exposed", c.time.dp_exposed},
           {"zero_copies", c.time.zero_copies},
           {"optimizer", c.time.optimizer}}},
@@ -155,7 +157,8 @@ nlohmann::json report_json(const PlanReport& r) {
       {"model",
        {{"name", p.model.name}, {"params", p.model.total_params()}, {"layers", p.model.layers},
         {"hidden", p.model.hidden}, {"heads", p.model.heads}, {"seq", p.model.seq},
-        {"vocab", p.model.vocab}}},
+        {"vocab", p.model.vocab}, {"experts", p.model.experts}, {"topk", p.model.topk},
+        {"expert_hidden", p.model.expert_width()}}},
       {"cluster",
        {{"name", p.cluster.name}, {"nodes", p.cluster.nodes},
         {"devices_per_node", p.cluster.devices_per_node},

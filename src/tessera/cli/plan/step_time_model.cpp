@@ -35,9 +35,10 @@ struct DpTraffic {
   double hideable = 0;  // of which may run behind compute
 };
 
-DpTraffic dp_traffic(const PlanProblem& problem, const Layout& layout, double psi) {
+// The data-parallel collectives of `psi` parameters over `n` ranks (every
+// replica of them: dp x cp, or for MoE experts dp / ep).
+DpTraffic dp_traffic(const PlanProblem& problem, const Layout& layout, double psi, int n) {
   const ClusterSpec& c = problem.cluster;
-  const int n = layout.dp * layout.cp;  // every replica of the parameters
   const int k = per_node(c, n, layout.tp);
   const double m = static_cast<double>(layout.micro_batches);
   const bool paper = problem.state_layout == StateLayout::kZeroPaper;
@@ -138,9 +139,29 @@ StepTime estimate_step_time(const PlanProblem& problem, const Layout& layout) {
   st.tp_comm = slots * tp_mb;
   st.pp_comm = slots * pp_mb;
   st.cp_comm = slots * cp_mb;
+  // Expert parallel: the ep group is ep dp ranks, tp * cp ranks apart.
+  double ep_mb = 0;
+  if (layout.ep > 1 && model.moe()) {
+    const int k = per_node(c, layout.ep, layout.tp * layout.cp);
+    const double rows = static_cast<double>(layout.micro_batch) * model.seq / layout.cp *
+                        model.topk * model.hidden * 4.0;
+    // An all-to-all: ep-1 peers of alpha, (ep-1)/ep of the rows over busbw.
+    const double one = (layout.ep - 1) * c.alpha(layout.ep, k) +
+                       rows * (layout.ep - 1.0) / layout.ep / c.busbw(layout.ep, k);
+    ep_mb = blocks * 4.0 * one;
+  }
+  st.ep_comm = slots * ep_mb;
 
   const double psi = device_params(problem, layout);
-  const DpTraffic dp = dp_traffic(problem, layout, psi);
+  const double psi_experts = device_expert_params(problem, layout);
+  const int replicas = layout.dp * layout.cp;
+  DpTraffic dp = dp_traffic(problem, layout, psi, replicas);
+  if (layout.ep > 1) {  // the experts' gradients travel over their own, smaller groups
+    dp = dp_traffic(problem, layout, psi - psi_experts, replicas);
+    const DpTraffic experts = dp_traffic(problem, layout, psi_experts, replicas / layout.ep);
+    dp.total += experts.total;
+    dp.hideable += experts.hideable;
+  }
   st.dp_comm = dp.total;
   // What can hide: behind the backward of the last micro-batch (2/3 of its
   // compute) for gradient reductions, behind all compute for ZeRO-3's gathers.
@@ -161,7 +182,9 @@ StepTime estimate_step_time(const PlanProblem& problem, const Layout& layout) {
   if (copied == 0 && layout.zero == 3) copied = 2.0 * sb_copy.grad + 4.0 * sb_copy.param;
   st.zero_copies = copied > 0 ? m * psi * copied / c.device_memory_bw() : 0.0;
 
-  const double local = layout.zero >= 1 ? psi / (layout.dp * layout.cp) : psi;
+  const double local = layout.zero >= 1
+                           ? (psi - psi_experts) / replicas + psi_experts * layout.ep / replicas
+                           : psi;
   st.optimizer = local * 32.0 / c.device_memory_bw();
   if (layout.offload) {
     const StateBytes sb = state_bytes(problem.state_layout, problem.precision);
@@ -171,8 +194,8 @@ StepTime estimate_step_time(const PlanProblem& problem, const Layout& layout) {
                                                                        : sb.grad + sb.param;
     st.optimizer += local * moved / c.offload_bw;
   }
-  st.total = st.compute + st.tp_comm + st.pp_comm + st.cp_comm + st.dp_exposed + st.zero_copies +
-             st.optimizer;
+  st.total = st.compute + st.tp_comm + st.pp_comm + st.cp_comm + st.ep_comm + st.dp_exposed +
+             st.zero_copies + st.optimizer;
   return st;
 }
 

@@ -12,6 +12,11 @@
 //               slice for the parked members (ClusterSpec::sync_penalty).
 //   pipeline    one send of b·s·h activations forward and one of gradients
 //               backward per chunk and micro-batch.
+//   expert      (MoE, ep > 1) per block and micro-batch, four all-to-alls (the
+//   parallel    tokens out and the outputs back, forward and backward) of the
+//               b·s·k·h float32 rows each rank routes, (ep-1)/ep of them
+//               leaving the rank; not hidden. Expert gradients reduce over the
+//               dp/ep ranks holding the same experts.
 //   context     per block and micro-batch, ring attention passes cp-1 key/value
 //   parallel    blocks (2·b·(s/cp)·h/t elements) forward, and cp-1 of them plus
 //               cp float32 key/value gradients backward; the block attention
@@ -45,11 +50,12 @@ struct StepTime {
   double tp_comm = 0;     // exposed tensor-parallel collectives
   double pp_comm = 0;     // exposed pipeline sends
   double cp_comm = 0;     // exposed ring-attention transfers
+  double ep_comm = 0;     // expert-parallel all-to-alls
   double dp_comm = 0;     // data-parallel collectives, before overlap
   double dp_exposed = 0;  // after overlap
   double zero_copies = 0; // ZeRO-2/3 flat-buffer copies through memory
   double optimizer = 0;   // optimizer step (+ offload traffic)
-  double total = 0;       // compute + tp + pp + cp + dp_exposed + zero_copies + optimizer
+  double total = 0;       // compute + tp + pp + cp + ep + dp_exposed + zero_copies + optimizer
   double flops = 0;       // model FLOPs of the step, all devices together
 };
 

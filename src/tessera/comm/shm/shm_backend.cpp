@@ -54,6 +54,8 @@ ShmBackend::ShmBackend(const BackendContext& ctx, ShmOptions options)
   TS_CHECK_T(ConfigError, options_.slot_bytes > 0,
              "shm slot_bytes must be at least 64 * group size");
   check_host(ctx);
+  // The launcher gives every rank the same environment, so all agree.
+  if (!env::get_bool("TESSERA_SHM_CMA")) cross_memory_ = 0;
   layout_ = shm::SegmentLayout(ctx.size, options_.slot_bytes, options_.ring_bytes);
   // A generation per rank keeps a group rebuilt under the same name from
   // reading the previous segment's key.

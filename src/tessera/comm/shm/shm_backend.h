@@ -13,7 +13,13 @@
 //   * all_reduce, large: per chunk, copy in the N-1 slices others reduce, step,
 //     reduce own slice (into the output and own slot), step, copy the N-1 reduced
 //     slices out: about 3*S copied, any size, pipelined across ranks;
-//   * broadcast, all_gather, reduce_scatter, all_to_all: chunked through the slots;
+//   * broadcast, all_gather, reduce_scatter: chunked through the slots;
+//   * all_to_all: every rank publishes its split sizes, its pid and the address
+//     of its input, and each receiver copies its pieces straight out of the
+//     senders' memory (process_vm_readv: one copy, about S read and written);
+//     a second step tells the senders their input may go. Where the kernel
+//     refuses (ptrace policy, seccomp) or TESSERA_SHM_CMA=0, each sender's
+//     pieces stream back to back through its slots (two copies);
 //   * send/recv: a byte ring per ordered pair; the receiver sets aside messages
 //     of other tags, so the sender never waits for more than ring space.
 // Reductions (shm_reduce.h): float32/64, float16/bfloat16 (float32 accumulation),
@@ -105,6 +111,16 @@ class ShmBackend final : public Backend {
   // Streams n bytes into (out of) ring src->dst, waiting for space (data).
   void ring_write(int dst, const uint8_t* src, uint64_t n, OpScope& scope);
   void ring_read(int src, uint8_t* dst, uint64_t n, OpScope& scope);
+  // all_to_all's single-copy path: reads this rank's pieces out of the
+  // senders' inputs; false (and the group falls back for good) if any rank
+  // could not.
+  bool all_to_all_direct(uint8_t* out, const std::vector<int64_t>& recv_first,
+                         const std::vector<int64_t>& recv_counts, const std::vector<int64_t>& counts,
+                         const std::vector<int64_t>& pids, const std::vector<int64_t>& inputs,
+                         int64_t es, OpScope& scope);
+  // Cross-memory reads for all_to_all: 1 on, 0 off (refused once, or
+  // TESSERA_SHM_CMA=0). Every rank holds the same value.
+  int cross_memory_ = 1;
 
   ShmOptions options_;
   shm::SegmentLayout layout_;

@@ -2,6 +2,11 @@
 // its step s goes into its buffer of parity s (slot(rank, s)), and readers finish
 // with it before they publish step s+1; so a buffer is never rewritten while a
 // peer still reads it, without any extra acknowledgement step.
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 #include "tessera/comm/shm/shm_backend.h"
@@ -203,37 +208,115 @@ void ShmBackend::all_to_all(const at::Tensor& input, at::Tensor& output,
   const auto* in = static_cast<const uint8_t*>(input.data_ptr());
   auto* out = static_cast<uint8_t*>(output.data_ptr());
   std::vector<int64_t> send_first(size() + 1, 0), recv_first(size() + 1, 0);
-  int64_t longest = 0;
   for (int r = 0; r < size(); ++r) {
     send_first[r + 1] = send_first[r] + send_counts[r];
     recv_first[r + 1] = recv_first[r] + recv_counts[r];
-    if (r != rank()) longest = std::max(longest, send_counts[r]);
   }
   TS_CHECK_EQ(send_counts[rank()], recv_counts[rank()], "all_to_all: what a rank sends itself");
   copy_bytes(out + recv_first[rank()] * es, in + send_first[rank()] * es, send_counts[rank()] * es);
   if (size() == 1) return;
   OpScope scope = begin("all_to_all");
-  // Ranks only know their own send counts: agree on the number of rounds first.
+  const int n = size();
+  // Every rank's send counts, through the slots: a receiver then knows where
+  // its piece lies in each sender's stream.
+  // With them, its pid and the address of its input, for the direct path.
+  const int64_t header = n + 2;
+  TS_INTERNAL_ASSERT(static_cast<uint64_t>(header) * sizeof(int64_t) <= layout_.slot_bytes,
+                     "all_to_all: a slot cannot hold ", n, " counts");
   uint32_t s = next_step();
-  control(rank()).aux[s & 1].store(longest);
+  auto* mine = reinterpret_cast<int64_t*>(slot(rank(), s));
+  std::memcpy(mine, send_counts.data(), n * sizeof(int64_t));
+  mine[n] = static_cast<int64_t>(::getpid());
+  mine[n + 1] = static_cast<int64_t>(reinterpret_cast<uintptr_t>(in));
   step(scope);
-  for (int r = 0; r < size(); ++r)
-    longest = std::max<int64_t>(longest, control(r).aux[s & 1].load());
-  const int64_t region = layout_.slot_bytes / size() / 64 * 64 / es;
-  for (int64_t start = 0; start < longest; start += region) {
+  std::vector<int64_t> counts(static_cast<size_t>(n) * n);  // [sender][receiver], elements
+  std::vector<int64_t> pids(n), inputs(n);
+  for (int r = 0; r < n; ++r) {
+    const auto* theirs = reinterpret_cast<const int64_t*>(slot(r, s));
+    std::memcpy(&counts[r * n], theirs, n * sizeof(int64_t));
+    pids[r] = theirs[n];
+    inputs[r] = theirs[n + 1];
+  }
+  for (int r = 0; r < n; ++r) {
+    TS_CHECK_T(CommError, counts[r * n + rank()] == recv_counts[r], "all_to_all: rank ", rank(),
+               " expects ", recv_counts[r], " elements from rank ", r, ", which sends it ",
+               counts[r * n + rank()], "; the ranks' split sizes must agree");
+  }
+  if (cross_memory_ == 1 &&
+      all_to_all_direct(out, recv_first, recv_counts, counts, pids, inputs, es, scope)) {
+    return;
+  }
+  // Sender r's stream: its pieces for every other rank, in rank order, back
+  // to back; round k carries bytes [k slot, (k+1) slot) of it, so every round
+  // fills the slot whatever the split sizes.
+  auto stream_offset = [&](int r, int j) {  // where r's piece for j starts, in elements
+    int64_t at = 0;
+    for (int q = 0; q < j; ++q) at += q == r ? 0 : counts[r * n + q];
+    return at;
+  };
+  int64_t longest = 0;
+  for (int r = 0; r < n; ++r) longest = std::max(longest, stream_offset(r, n));
+  const int64_t per_round = static_cast<int64_t>(layout_.slot_bytes) / es;
+  std::vector<int64_t> from(n);  // where this rank's piece starts in each sender's stream
+  for (int r = 0; r < n; ++r) from[r] = stream_offset(r, rank());
+  for (int64_t start = 0; start < longest; start += per_round) {
     s = next_step();
-    for (int j = 0; j < size(); ++j) {
+    const int64_t stop = start + per_round;
+    // My pieces' parts inside [start, stop) of my stream.
+    int64_t at = 0;
+    for (int j = 0; j < n; ++j) {
       if (j == rank()) continue;
-      int64_t len = std::max<int64_t>(0, std::min(region, send_counts[j] - start));
-      copy_bytes(slot(rank(), s) + j * region * es, in + (send_first[j] + start) * es, len * es);
+      const int64_t lo = std::max(at, start), hi = std::min(at + send_counts[j], stop);
+      if (lo < hi) {
+        copy_bytes(slot(rank(), s) + (lo - start) * es, in + (send_first[j] + lo - at) * es,
+                   (hi - lo) * es);
+      }
+      at += send_counts[j];
     }
     step(scope);
-    for (int r = 0; r < size(); ++r) {
+    for (int r = 0; r < n; ++r) {
       if (r == rank()) continue;
-      int64_t len = std::max<int64_t>(0, std::min(region, recv_counts[r] - start));
-      copy_bytes(out + (recv_first[r] + start) * es, slot(r, s) + rank() * region * es, len * es);
+      const int64_t lo = std::max(from[r], start), hi = std::min(from[r] + recv_counts[r], stop);
+      if (lo < hi) {
+        copy_bytes(out + (recv_first[r] + lo - from[r]) * es, slot(r, s) + (lo - start) * es,
+                   (hi - lo) * es);
+      }
     }
   }
+}
+
+bool ShmBackend::all_to_all_direct(uint8_t* out, const std::vector<int64_t>& recv_first,
+                                   const std::vector<int64_t>& recv_counts,
+                                   const std::vector<int64_t>& counts,
+                                   const std::vector<int64_t>& pids,
+                                   const std::vector<int64_t>& inputs, int64_t es, OpScope& scope) {
+  const int n = size();
+  bool ok = true;
+  for (int r = 0; r < n && ok; ++r) {
+    if (r == rank() || recv_counts[r] == 0) continue;
+    // My piece starts after r's pieces for the ranks before me (its own included).
+    int64_t offset = 0;
+    for (int q = 0; q < rank(); ++q) offset += counts[r * n + q];
+    uint64_t done = 0, want = static_cast<uint64_t>(recv_counts[r] * es);
+    while (ok && done < want) {
+      iovec local{out + recv_first[r] * es + done, want - done};
+      iovec remote{reinterpret_cast<void*>(static_cast<uintptr_t>(inputs[r]) + offset * es + done),
+                   want - done};
+      const ssize_t got = ::process_vm_readv(static_cast<pid_t>(pids[r]), &local, 1, &remote, 1, 0);
+      if (got <= 0) {
+        ok = false;
+      } else {
+        done += static_cast<uint64_t>(got);
+      }
+    }
+  }
+  // Everyone has read (the senders' inputs may go) and says whether it could.
+  const uint32_t s = next_step();
+  control(rank()).aux[s & 1].store(ok ? 1 : 0);
+  step(scope);
+  for (int r = 0; r < n; ++r) ok = ok && control(r).aux[s & 1].load() == 1;
+  if (!ok) cross_memory_ = 0;  // every rank reaches the same verdict
+  return ok;
 }
 
 }  // namespace tessera::comm

@@ -22,7 +22,9 @@ std::vector<int64_t> times(const std::vector<int64_t>& rows, int64_t width) {
 
 torch::Tensor exchange_rows(const torch::Tensor& rows, const std::vector<int64_t>& send,
                             const std::vector<int64_t>& recv, comm::ProcessGroup& g) {
-  const int64_t width = rows.dim() > 1 ? rows.numel() / std::max<int64_t>(1, rows.size(0)) : 1;
+  // Elements per row from the shape: a rank may send no rows at all.
+  int64_t width = 1;
+  for (int64_t d = 1; d < rows.dim(); ++d) width *= rows.size(d);
   auto shape = rows.sizes().vec();
   shape[0] = std::accumulate(recv.begin(), recv.end(), int64_t{0});
   auto in = rows.contiguous();
