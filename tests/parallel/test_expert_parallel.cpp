@@ -6,17 +6,16 @@
 // gradient; with capacity drops and a shared expert too. The MoE GPT of
 // tensor/tp_gpt.h at tp 2 x ep 2: losses and every gradient slice equal the
 // dense GPT's.
-#include <gtest/gtest.h>
-
 #include <ATen/CPUGeneratorImpl.h>
+#include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include <map>
 #include <mutex>
 
+#include "tessera/models/gpt.h"
 #include "tessera/models/moe.h"
 #include "tessera/parallel/expert/expert_parallel.h"
-#include "tessera/models/gpt.h"
 #include "tessera/parallel/process_mesh.h"
 #include "tessera/parallel/tensor/tp_gpt.h"
 #include "testing/thread_ranks.h"
@@ -49,8 +48,8 @@ TEST(AllToAllV, UnevenSplitsForwardAndBackward) {
     // d/dx sum(got * 2) = 2 everywhere, sent back through the reverse exchange.
     (got * 2).sum().backward();
     EXPECT_TRUE(torch::equal(x.grad(), torch::full_like(x, 2.0)));
-    auto counts = exchange_counts(torch::tensor({rank * 10 + 0, rank * 10 + 1, rank * 10 + 2},
-                                                torch::kLong), *g);
+    auto counts = exchange_counts(
+        torch::tensor({rank * 10 + 0, rank * 10 + 1, rank * 10 + 2}, torch::kLong), *g);
     for (int j = 0; j < size; ++j) EXPECT_EQ(counts[j].item<int64_t>(), j * 10 + rank);
   });
 }
@@ -126,7 +125,9 @@ void check_expert_parallel(const Case& k) {
     {
       torch::NoGradGuard no_grad;
       layer->router->weight.copy_(whole->router->weight);
-      auto slice = [&](const torch::Tensor& t) { return t.slice(0, rank * local, (rank + 1) * local); };
+      auto slice = [&](const torch::Tensor& t) {
+        return t.slice(0, rank * local, (rank + 1) * local);
+      };
       layer->experts->fc_weight.copy_(slice(whole->experts->fc_weight));
       layer->experts->fc_bias.copy_(slice(whole->experts->fc_bias));
       layer->experts->proj_weight.copy_(slice(whole->experts->proj_weight));
@@ -145,13 +146,21 @@ void check_expert_parallel(const Case& k) {
     ((y * ws[rank]).sum() + layer->auxiliary_loss()).backward();
     auto router_grad = layer->router->weight.grad().clone();
     g->all_reduce(router_grad)->wait();  // the router's gradient, summed as dp would
-    auto slice = [&](const torch::Tensor& t) { return t.slice(0, rank * local, (rank + 1) * local); };
-    const double d = std::max(
-        {(y - outs[rank]).abs().max().item<double>(),
-         (x.grad() - xs[rank].grad()).abs().max().item<double>(),
-         (layer->experts->fc_weight.grad() - slice(whole->experts->fc_weight.grad())).abs().max().item<double>(),
-         (layer->experts->proj_bias.grad() - slice(whole->experts->proj_bias.grad())).abs().max().item<double>(),
-         (router_grad - whole->router->weight.grad()).abs().max().item<double>()});
+    auto slice = [&](const torch::Tensor& t) {
+      return t.slice(0, rank * local, (rank + 1) * local);
+    };
+    const double d =
+        std::max({(y - outs[rank]).abs().max().item<double>(),
+                  (x.grad() - xs[rank].grad()).abs().max().item<double>(),
+                  (layer->experts->fc_weight.grad() - slice(whole->experts->fc_weight.grad()))
+                      .abs()
+                      .max()
+                      .item<double>(),
+                  (layer->experts->proj_bias.grad() - slice(whole->experts->proj_bias.grad()))
+                      .abs()
+                      .max()
+                      .item<double>(),
+                  (router_grad - whole->router->weight.grad()).abs().max().item<double>()});
     std::lock_guard<std::mutex> lock(mu);
     worst = std::max(worst, d);
   });
@@ -175,7 +184,7 @@ TEST(ExpertParallel, AllGatherEqualsTheWholeLayer) {
 // World 4 = tp 2 x dp 2, the experts split over the two dp ranks (ep 2). Each
 // dp rank trains on its half of the batch; the dense reference is the mean of
 // the dense GPT's losses on the two halves (its auxiliary losses are per
-// forward, as the ranks' are).
+// forward, as the ranks' are). With and without sequence parallelism.
 TEST(ExpertParallel, TensorParallelMoEGptEqualsTheDenseGpt) {
   models::GPTConfig c;
   c.vocab_size = 32;
@@ -203,42 +212,45 @@ TEST(ExpertParallel, TensorParallelMoEGptEqualsTheDenseGpt) {
   total.backward();
   std::map<std::string, torch::Tensor> grads;
   for (const auto& p : dense->named_parameters()) grads[p.key()] = p.value().grad();
-  std::mutex mu;
-  double worst = 0;
-  int experts_seen = 0;
-  run_ranks(4, [&](int rank, int size, std::shared_ptr<comm::Store> store) {
-    auto world = make_group(rank, size, store, "gloo");
-    auto mesh = ProcessMesh::build(world, /*tp=*/2, /*pp=*/1, /*cp=*/1, /*ep=*/2);
-    TensorParallelOptions options{mesh.tp(), false, nullptr};
-    options.expert = ExpertParallelOptions{mesh.ep(), TokenDispatcherType::kAllToAll};
-    TensorParallelGPT model(c, options);
-    const int d = mesh.coord().dp;
-    auto loss = model->loss(ids.slice(0, 2 * d, 2 * d + 2), targets.slice(0, 2 * d, 2 * d + 2));
-    double diff = std::abs(loss.item<double>() - dense_loss[static_cast<size_t>(d)]);
-    loss.backward();
-    int experts = 0;
-    for (const auto& p : model->named_parameters()) {
-      const DenseSlice slice = dense_slice_of(p.key());
-      auto g = p.value().grad().clone();
-      // Dense weights: the mean over dp. An expert's gradient already holds
-      // both dp ranks' tokens: half of it is the mean.
-      if (slice.experts) {
-        g /= 2;
-        ++experts;
-      } else {
-        mesh.dp()->all_reduce(g)->wait();
-        g /= 2;
+  for (const bool sp : {false, true}) {
+    std::mutex mu;
+    double worst = 0;
+    int experts_seen = 0;
+    run_ranks(4, [&](int rank, int size, std::shared_ptr<comm::Store> store) {
+      auto world = make_group(rank, size, store, "gloo");
+      auto mesh = ProcessMesh::build(world, /*tp=*/2, /*pp=*/1, /*cp=*/1, /*ep=*/2);
+      TensorParallelOptions options{mesh.tp(), sp, nullptr};
+      options.expert = ExpertParallelOptions{mesh.ep(), TokenDispatcherType::kAllToAll};
+      TensorParallelGPT model(c, options);
+      const int d = mesh.coord().dp;
+      auto loss = model->loss(ids.slice(0, 2 * d, 2 * d + 2), targets.slice(0, 2 * d, 2 * d + 2));
+      double diff = std::abs(loss.item<double>() - dense_loss[static_cast<size_t>(d)]);
+      loss.backward();
+      int experts = 0;
+      for (const auto& p : model->named_parameters()) {
+        const DenseSlice slice = dense_slice_of(p.key());
+        auto g = p.value().grad().clone();
+        // Dense weights: the mean over dp. An expert's gradient already holds
+        // both dp ranks' tokens: half of it is the mean.
+        if (slice.experts) {
+          g /= 2;
+          ++experts;
+        } else {
+          mesh.dp()->all_reduce(g)->wait();
+          g /= 2;
+        }
+        auto want = dense_slice(grads.at(p.key()), slice, mesh.coord().tp, 2, mesh.ep()->rank(), 2);
+        diff = std::max(diff, (g - want).abs().max().item<double>());
       }
-      auto want = dense_slice(grads.at(p.key()), slice, mesh.coord().tp, 2, mesh.ep()->rank(), 2);
-      diff = std::max(diff, (g - want).abs().max().item<double>());
-    }
-    std::lock_guard<std::mutex> lock(mu);
-    worst = std::max(worst, diff);
-    experts_seen = experts;
-  });
-  std::printf("[expert parallel] MoE GPT tp 2 x ep 2 against the dense GPT: max |diff| %.3g\n", worst);
-  EXPECT_EQ(experts_seen, 8) << "2 layers x 4 expert tensors (with biases)";
-  EXPECT_LE(worst, 1e-5);
+      std::lock_guard<std::mutex> lock(mu);
+      worst = std::max(worst, diff);
+      experts_seen = experts;
+    });
+    std::printf("[expert parallel] MoE GPT tp 2 x ep 2%s against the dense GPT: max |diff| %.3g\n",
+                sp ? " (sequence parallel)" : "", worst);
+    EXPECT_EQ(experts_seen, 8) << "2 layers x 4 expert tensors (with biases)";
+    EXPECT_LE(worst, 1e-5) << (sp ? "sequence parallel" : "");
+  }
 }
 
 }  // namespace

@@ -205,17 +205,25 @@ torch::Tensor MoELayerImpl::forward(const torch::Tensor& x) {
   auto flat = x.reshape({-1, shape.back()});
   // The router in float32 whatever the activations: routing decisions should
   // not flip with 16-bit rounding.
-  auto logits = torch::nn::functional::linear(flat.to(torch::kFloat),
-                                              router->weight.to(torch::kFloat));
+  const bool sp = split_.sequence_parallel();
+  auto router_weight = router->weight.to(torch::kFloat);
+  if (sp) router_weight = split_.enter(router_weight);  // this rank's tokens' share
+  auto logits = torch::nn::functional::linear(flat.to(torch::kFloat), router_weight);
+  // Under sequence parallelism: every rank's tokens (see MoETensorSplit).
+  auto tokens = sp ? split_.gather(flat) : flat;
+  if (sp) logits = split_.gather(logits);
   last_ = route_tokens(logits, config_);
   static LocalDispatcher local;
   TokenDispatcher& d = dispatcher_ ? *dispatcher_ : local;
   const int64_t start = trace::enabled() ? trace::now_ns() : 0;
   // Under a tensor split the experts see the tokens through `enter` and
-  // combine with weights that entered the same way (see MoETensorSplit).
-  auto tokens = split_.enabled() ? split_.enter(flat) : flat;
+  // combine with weights that entered the same way (see MoETensorSplit);
+  // gathered tokens and logits already sum their gradients.
   Routing combine = last_;
-  if (split_.enabled()) combine.weight = split_.enter(last_.weight);
+  if (split_.enabled() && !sp) {
+    tokens = split_.enter(tokens);
+    combine.weight = split_.enter(last_.weight);
+  }
   auto y = d.dispatch(tokens, combine, *experts);
   if (start != 0) {
     // The timeline's view of the routing: this rank's kept tokens per expert.
@@ -233,8 +241,10 @@ torch::Tensor MoELayerImpl::forward(const torch::Tensor& x) {
     y = y + torch::nn::functional::linear(torch::gelu(shared_fc(tokens), gelu_approximate_),
                                           shared_proj->weight);
   }
-  if (split_.enabled()) y = split_.leave(y);
-  if (shared_proj && shared_proj->bias.defined()) y = y + shared_proj->bias;
+  if (split_.enabled()) y = sp ? split_.scatter(y) : split_.leave(y);
+  if (shared_proj && shared_proj->bias.defined()) {
+    y = y + (sp ? split_.enter(shared_proj->bias) : shared_proj->bias);
+  }
   return y.view(shape);
 }
 

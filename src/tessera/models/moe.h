@@ -77,10 +77,22 @@ int64_t expert_capacity(int64_t tokens, const MoEConfig& config);
 // all-reduce). The router is whole on every rank; the combination weights
 // enter through `enter` too, since their gradient from each rank's partial
 // outputs is partial. Default: no split.
+//
+// Under sequence parallelism a rank holds 1/size of the tokens: its router
+// scores them (the router weight entering through `enter`), `gather` collects
+// every rank's tokens and logits (all-gather; backward, a reduce-scatter that
+// sums the ranks' partial gradients), the layer routes and runs the experts on
+// all of them, and `scatter` sums the partial outputs and returns this rank's
+// share (reduce-scatter). The routing then equals the unsplit layer's; the
+// auxiliary losses, computed on every rank from the gathered logits, reach
+// them size times, so their gradient weight is divided by size
+// (auxiliary_loss_gradient_scale).
 struct MoETensorSplit {
   int64_t rank = 0, size = 1;
   std::function<torch::Tensor(const torch::Tensor&)> enter, leave;
+  std::function<torch::Tensor(const torch::Tensor&)> gather, scatter;  // sequence parallel
   bool enabled() const { return size > 1; }
+  bool sequence_parallel() const { return enabled() && static_cast<bool>(gather); }
 };
 
 // E_local experts, each GELU(x W1 + b1) W2 + b2, weights stacked:
@@ -155,6 +167,11 @@ class MoELayerImpl : public torch::nn::Module {
   const Routing& last_routing() const { return last_; }
   // aux + z loss of the last forward (a scalar that carries their gradients).
   torch::Tensor auxiliary_loss() const;
+  // What the auxiliary losses' gradient must be weighted by for each rank to
+  // contribute its share (1, or 1/size under sequence parallelism).
+  double auxiliary_loss_gradient_scale() const {
+    return split_.sequence_parallel() ? 1.0 / static_cast<double>(split_.size) : 1.0;
+  }
   const MoEConfig& config() const { return config_; }
 
   torch::nn::Linear router{nullptr};  // hidden -> num_experts, no bias

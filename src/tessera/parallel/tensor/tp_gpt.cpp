@@ -150,6 +150,14 @@ models::MoELayer tp_moe_layer(const models::GPTConfig& c, const TensorParallelOp
     split.size = g->size();
     split.enter = [g](const torch::Tensor& t) { return copy_to_tp(t, *g); };
     split.leave = [g](const torch::Tensor& t) { return reduce_from_tp(t, *g); };
+    if (tp.sequence_parallel) {  // rows [N/tp, ...] <-> [N, ...]
+      split.gather = [g](const torch::Tensor& t) {
+        return gather_from_sequence(t.unsqueeze(0), *g).squeeze(0);
+      };
+      split.scatter = [g](const torch::Tensor& t) {
+        return reduce_scatter_to_sequence(t.unsqueeze(0), *g).squeeze(0);
+      };
+    }
   }
   models::MoELayer layer(c.moe, c.n_embd, c.bias, c.gelu_tanh ? "tanh" : "none", local,
                          tp.expert.rank() * local, split);
@@ -177,7 +185,8 @@ class TpBlockImpl : public torch::nn::Module {
     // As the dense GPT: the MoE layer in float32, the residual in compute_dtype;
     // its auxiliary losses join the backward here (the loss is elsewhere).
     auto out = x + moe(ln_2(x).to(torch::kFloat)).to(x.scalar_type());
-    return models::attach_auxiliary_loss(out, moe->auxiliary_loss(), aux_scale);
+    return models::attach_auxiliary_loss(out, moe->auxiliary_loss(),
+                                         aux_scale * moe->auxiliary_loss_gradient_scale());
   }
   TpLayerNorm ln_1{nullptr}, ln_2{nullptr};
   TpAttention attn{nullptr};
@@ -219,8 +228,6 @@ DenseSlice dense_slice_of(const std::string& name) {
 void check_tensor_parallel_layout(const models::GPTConfig& c, int n, bool sequence_parallel) {
   c.validate();
   if (c.moe.enabled()) {
-    TS_CHECK_T(ConfigError, !sequence_parallel, "model.num_experts ", c.moe.num_experts,
-               ": the MoE GPT does not run with sequence_parallel yet; set it to false");
     TS_CHECK_T(ConfigError, c.moe.expert_width(c.n_embd) % n == 0, "the experts' width ",
                c.moe.expert_width(c.n_embd), " (model.moe_ffn_hidden_size, or 4 x n_embd) does ",
                "not divide by tensor_model_parallel_size ", n);

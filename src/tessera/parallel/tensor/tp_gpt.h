@@ -39,8 +39,9 @@
 // ConfigError (every rank, before any weight is built) when n_head, n_embd,
 // 4 n_embd, vocab_size or the experts' widths do not divide by tp, when
 // block_size does not under sequence parallel, when num_experts does not
-// divide by ep, for MoE under sequence parallel, or when dropout > 0 without a
-// dropout_rng.
+// divide by ep, or when dropout > 0 without a dropout_rng. Under sequence
+// parallel the MoE layers gather the tokens over tp, route all of them and
+// reduce-scatter their outputs (models::MoETensorSplit).
 #pragma once
 
 #include <torch/torch.h>
