@@ -67,8 +67,9 @@ class TpDecoder {
   virtual void set_auxiliary_loss_scale(double) {}
   // the sum of their values over every forward since the last take;
   virtual double take_auxiliary_loss() { return 0.0; }
-  // tokens kept per expert, [layers, experts] int64 (zero rows for layers
-  // this rank does not hold), since the last take; undefined for a dense model.
+  // tokens kept per expert in training forwards, [layers, experts] int64
+  // (zero rows for layers this rank does not hold), since the last take;
+  // undefined for a dense model.
   virtual torch::Tensor take_tokens_per_expert() { return {}; }
 };
 

@@ -360,7 +360,9 @@ void TensorParallelGPTImpl::record_routing(int64_t begin, int64_t end) {
   for (int64_t i = begin; i < end; ++i) {
     const auto& layer = blocks_[static_cast<size_t>(i)].get<TpBlock>()->moe;
     const auto& r = layer->last_routing();
-    if (r.tokens_per_expert.defined()) routed_[i] += r.tokens_per_expert;
+    // Training's routing only: an evaluation between two metrics records
+    // leaves their counts alone.
+    if (is_training() && r.tokens_per_expert.defined()) routed_[i] += r.tokens_per_expert;
     auxiliary_loss_ += layer->auxiliary_loss().item<double>();
   }
 }

@@ -242,7 +242,6 @@ double ModelParallelEngine::evaluate(const at::Tensor& ids, const at::Tensor& ta
   stage_->set_training(true);
   const bool counts = r.has_loss && mesh_.coord().tp == 0;
   const double aux = mesh_.coord().tp == 0 ? stage_->take_auxiliary_loss() / n : 0.0;
-  stage_->take_tokens_per_expert();  // evaluation's routing is not training's
   return world_sum((counts ? r.loss : 0.0) + aux) / replica_count();
 }
 
