@@ -57,6 +57,12 @@ TEST(Topology, ExpertGroupsSplitTheDataParallelRanks) {
   EXPECT_EQ(t.ep_group_of(5, 1), (std::vector<int>{5}));
   EXPECT_EQ(t.expert_dp_group_of(5, 1), t.dp_group_of(5));
   EXPECT_THROW(t.ep_group_of(5, 3), ConfigError);
+  // With cp the ep group stays inside one cp rank; the ranks holding the same
+  // experts span the cp ranks too. World 16 = tp 2 x cp 2 x dp 4: rank 5 is
+  // (tp 1, cp 0, dp 1).
+  Topology c(16, 2, 1, 2);
+  EXPECT_EQ(c.ep_group_of(5, 2), (std::vector<int>{1, 5}));
+  EXPECT_EQ(c.expert_dp_group_of(5, 2), (std::vector<int>{5, 7, 13, 15}));
 }
 
 TEST(Topology, EveryAxisPartitionsTheWorld) {

@@ -36,8 +36,6 @@ ProcessMesh ProcessMesh::build(std::shared_ptr<comm::ProcessGroup> world, int tp
   } else {
     m.replicas_ = m.dp_;
   }
-  TS_CHECK_T(ConfigError, ep == 1 || cp == 1, "expert_model_parallel_size ", ep,
-             " with context_parallel_size ", cp, " is not supported yet; set one of them to 1");
   if (ep > 1) {
     m.ep_ = mine(*world, t.ep_groups(ep));
     m.expert_dp_ = mine(*world, t.expert_dp_groups(ep));

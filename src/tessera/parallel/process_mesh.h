@@ -40,7 +40,6 @@ class ProcessMesh {
   const std::shared_ptr<comm::ProcessGroup>& replicas() const { return replicas_; }
   // Expert parallelism (topology.h): the ranks splitting the experts with this
   // one, and those holding the same experts (nullptr / replicas() at ep 1).
-  // ep > 1 with cp > 1 is a ConfigError for now.
   const std::shared_ptr<comm::ProcessGroup>& ep() const { return ep_; }
   const std::shared_ptr<comm::ProcessGroup>& expert_dp() const { return expert_dp_; }
   // First and last pipeline stage of this rank's pipeline; nullptr on middle stages.

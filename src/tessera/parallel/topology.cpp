@@ -2,6 +2,8 @@
 
 #include <c10/util/StringUtil.h>
 
+#include <algorithm>
+
 #include "tessera/core/check.h"
 
 namespace tessera::parallel {
@@ -97,8 +99,12 @@ std::vector<int> Topology::expert_dp_group_of(int rank, int ep) const {
   check_ep(dp_, ep);
   MeshCoord c = coord(rank);
   const int offset = c.dp % ep;
+  // Every cp rank holds the same parameters: the group spans them too.
   std::vector<int> g;
-  for (c.dp = offset; c.dp < dp_; c.dp += ep) g.push_back(rank_of(c));
+  for (c.cp = 0; c.cp < cp_; ++c.cp) {
+    for (c.dp = offset; c.dp < dp_; c.dp += ep) g.push_back(rank_of(c));
+  }
+  std::sort(g.begin(), g.end());
   return g;
 }
 

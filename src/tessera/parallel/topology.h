@@ -71,7 +71,8 @@ class Topology {
   // Expert parallelism (ep dividing dp): the ep group of `rank` is the block of
   // ep consecutive dp ranks holding it (same tp, cp, pp), which split the
   // experts between them; its expert-data-parallel group is the dp ranks with
-  // the same position in their block, which hold the same experts.
+  // the same position in their block, of every cp rank, which hold the same
+  // experts.
   std::vector<int> ep_group_of(int rank, int ep) const;
   std::vector<int> expert_dp_group_of(int rank, int ep) const;
   std::vector<std::vector<int>> ep_groups(int ep) const;

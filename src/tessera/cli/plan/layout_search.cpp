@@ -39,7 +39,7 @@ std::vector<Layout> mesh_splits(const PlanProblem& problem, const LayoutFilter& 
           if (!allowed(f.vp, vp)) continue;
           // Expert parallelism splits the experts over ep of the dp ranks.
           for (int ep : divisors(dp, m.moe() ? m.experts : 1)) {
-            if (!allowed(f.ep, ep) || (m.moe() && m.experts % ep) || (ep > 1 && cp > 1)) continue;
+            if (!allowed(f.ep, ep) || (m.moe() && m.experts % ep)) continue;
             Layout l;
             l.dp = dp;
             l.tp = tp;

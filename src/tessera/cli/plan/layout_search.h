@@ -4,7 +4,7 @@
 // chunks; pp dividing the layers; v chunks dividing each stage's layers; ZeRO
 // 0-3 with data parallelism only, ZeRO 0-1 with tensor, context, pipeline or
 // expert parallelism, as the engines allow; for an MoE model every ep dividing
-// dp and the experts, without cp), each micro-batch dividing the replica's
+// dp and the experts), each micro-batch dividing the replica's
 // batch, with and without offload and recomputation. Offload, recomputation and
 // context parallelism are kept only where no layout without them fits ("worth
 // trying"), unless the filter asks for them.

@@ -85,9 +85,6 @@ int ModelParallelEngine::check_layout(const parallel::DecoderSpec& model, Config
   TS_CHECK_T(ConfigError, ep == 1 || dp % ep == 0, "expert_model_parallel_size ", ep,
              " does not divide the data-parallel size ", dp, " (world ", world,
              " / tensor x pipeline x context sizes); the experts are split over data-parallel ranks");
-  TS_CHECK_T(ConfigError, ep == 1 || mp.context_parallel_size == 1, "expert_model_parallel_size ",
-             ep, " with context_parallel_size ", mp.context_parallel_size,
-             " is not supported yet; set one of them to 1");
   TS_CHECK_T(ConfigError, config.zero.stage <= 1, "zero_optimization.stage ", config.zero.stage,
              " is not supported together with tensor or pipeline parallelism yet; use stage 1 "
              "(optimizer state sharded over the data-parallel group) or 0");
