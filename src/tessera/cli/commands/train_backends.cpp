@@ -26,6 +26,17 @@
 namespace tessera::cli {
 namespace {
 
+// tokens_per_expert for metrics.jsonl: [layers, experts] int64 as one JSON
+// array per layer.
+nlohmann::json per_layer_rows(const at::Tensor& counts) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (int64_t l = 0; l < counts.size(0); ++l) {
+    const auto row = counts[l].contiguous();
+    rows.push_back(std::vector<int64_t>(row.data_ptr<int64_t>(), row.data_ptr<int64_t>() + row.numel()));
+  }
+  return rows;
+}
+
 void join_job(const runtime::Config& cfg) {
   InitOptions init_options;
   if (cfg.comm_timeout > 0) init_options.timeout_seconds = cfg.comm_timeout;
@@ -138,13 +149,7 @@ class DataParallelBackend : public TrainBackend {
     auto total = routed_.to(at::kLong).contiguous();
     group_->all_reduce(total)->wait();
     routed_ = at::Tensor();
-    nlohmann::json rows = nlohmann::json::array();
-    for (int64_t l = 0; l < total.size(0); ++l) {
-      auto row = total[l];
-      rows.push_back(std::vector<int64_t>(row.data_ptr<int64_t>(),
-                                          row.data_ptr<int64_t>() + row.numel()));
-    }
-    return rows;
+    return per_layer_rows(total);
   }
   double mean_over_job(double local) override {
     auto t = at::full({1}, local, at::kDouble);
@@ -237,13 +242,7 @@ class ModelParallelBackend : public TrainBackend {
   nlohmann::json take_tokens_per_expert() override {
     const at::Tensor total = engine_.take_tokens_per_expert();
     if (!total.defined()) return nullptr;
-    nlohmann::json rows = nlohmann::json::array();
-    for (int64_t l = 0; l < total.size(0); ++l) {
-      const auto row = total[l].contiguous();
-      rows.push_back(std::vector<int64_t>(row.data_ptr<int64_t>(),
-                                          row.data_ptr<int64_t>() + row.numel()));
-    }
-    return rows;
+    return per_layer_rows(total);
   }
   bool any_rank(bool local) override { return any_of_group(*engine_.mesh().world(), local); }
   double evaluate(TrainData& data, int64_t iters) override {
